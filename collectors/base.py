@@ -48,12 +48,22 @@ class ParseError(ValueError):
         super().__init__(f"{where}: {reason}")
 
 
+@dataclass(frozen=True, slots=True)
+class Neighbor:
+    """An LLDP neighbour seen on a local port."""
+
+    local_port: str
+    remote_device: str
+    remote_port: str
+
+
 @dataclass(slots=True)
 class CollectResult:
     target: str
     samples: list[Sample] = field(default_factory=list)
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
+    neighbors: list[Neighbor] = field(default_factory=list)
     duration_s: float = 0.0
 
     @property
