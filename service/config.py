@@ -1,0 +1,79 @@
+"""Settings from FABRICWATCH_* environment variables and an optional YAML config file.
+
+Environment variables win over the file (FABRICWATCH_CONFIG names it). A bad value
+stops start-up with one line naming the setting, never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
+
+ENV_PREFIX = "FABRICWATCH_"
+
+
+class SettingsError(RuntimeError):
+    """A setting has a bad value; the message is one line naming it."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True)
+
+    database_url: str | None = Field(default=None, description="PostgreSQL URL; unset = embedded")
+    redis_url: str | None = Field(default=None, description="Celery broker URL; unset = embedded")
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8080, ge=1, le=65535)
+    auth_required: bool = True
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    data_dir: str | None = Field(default=None, description="embedded PostgreSQL data directory")
+    retention_days: int = Field(default=30, ge=1, le=3650)
+    partition_days_ahead: int = Field(default=3, ge=1, le=60)
+    ingest_batch_rows: int = Field(default=50_000, ge=100, le=5_000_000)
+    max_body_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
+    counters_interval_s: float = Field(default=10.0, gt=0)
+    optics_interval_s: float = Field(default=60.0, gt=0)
+    state_interval_s: float = Field(default=30.0, gt=0)
+    poll_jitter_fraction: float = Field(default=0.1, ge=0, le=0.5)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = os.environ.get(ENV_PREFIX + "CONFIG")
+        if path:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+        return tuple(sources)
+
+
+def _one_line(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"]) or "?"
+    got = err.get("input")
+    shown = "" if isinstance(got, dict) else f" (got {got!r})"
+    return f"setting {ENV_PREFIX}{field.upper()}: {err['msg']}{shown}"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read and validate settings; raise SettingsError with one clear line on a bad value."""
+    path = os.environ.get(ENV_PREFIX + "CONFIG")
+    if path and not os.path.isfile(path):
+        raise SettingsError(f"setting {ENV_PREFIX}CONFIG: file {path!r} does not exist")
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise SettingsError(_one_line(exc)) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return load_settings()

@@ -1,0 +1,8 @@
+"""Every table, imported in one place so Alembic and create-time code see the whole schema."""
+
+from service.db import Base
+from service.inventory.models import Device, Endpoint, Link, Optic, Pod, Port
+from service.telemetry.models import LinkEvent, Series, TargetStatus, samples
+
+__all__ = ["Base", "Device", "Endpoint", "Link", "LinkEvent", "Optic", "Pod", "Port", "Series",
+           "TargetStatus", "samples"]

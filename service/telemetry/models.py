@@ -1,0 +1,86 @@
+"""Telemetry tables: series, the time-partitioned samples, link events and target status."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from service.db import Base
+
+
+class Series(Base):
+    """One time series: a canonical metric on one entity."""
+
+    __tablename__ = "series"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    metric: Mapped[str] = mapped_column(String(96))
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"))
+    port_id: Mapped[int | None] = mapped_column(ForeignKey("ports.id", ondelete="CASCADE"))
+    lane: Mapped[int | None] = mapped_column(SmallInteger)
+    priority: Mapped[int | None] = mapped_column(SmallInteger)
+    gpu: Mapped[int | None] = mapped_column(SmallInteger)
+    counter_bits: Mapped[int | None] = mapped_column(SmallInteger)
+    saturating: Mapped[bool] = mapped_column(Boolean, default=False)
+    __table_args__ = (
+        UniqueConstraint("metric", "device_id", "port_id", "lane", "priority", "gpu",
+                         name="series_identity", postgresql_nulls_not_distinct=True),
+        Index("series_device_metric", "device_id", "metric"),
+    )
+
+
+# Narrow rows keyed by (series_id, ts), range-partitioned by day on ts. Partitions are
+# created ahead by service.telemetry.partitions and dropped after the retention period.
+samples = Table(
+    "samples",
+    Base.metadata,
+    Column("series_id", Integer, nullable=False),
+    Column("ts", DateTime(timezone=True), nullable=False),
+    Column("value", Float(53), nullable=False),
+    PrimaryKeyConstraint("series_id", "ts", name="samples_pkey"),
+    postgresql_partition_by="RANGE (ts)",
+)
+
+
+class LinkEvent(Base):
+    __tablename__ = "link_events"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    port_id: Mapped[int] = mapped_column(ForeignKey("ports.id", ondelete="CASCADE"))
+    ts: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    state: Mapped[str] = mapped_column(String(8))
+    source: Mapped[str] = mapped_column(String(32))
+    __table_args__ = (
+        UniqueConstraint("port_id", "ts", "state", name="link_event_once"),
+        Index("link_events_ts", "ts"),
+    )
+
+
+class TargetStatus(Base):
+    """Per-target collection status: errors are data, never a silent gap."""
+
+    __tablename__ = "target_status"
+    endpoint_id: Mapped[int] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"), primary_key=True)
+    last_attempt: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_success: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str | None] = mapped_column(Text)
+    last_error_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_warnings: Mapped[str | None] = mapped_column(Text)
+    duration_s: Mapped[float | None] = mapped_column(Float)
+    samples: Mapped[int] = mapped_column(Integer, default=0)
+    consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)

@@ -1,0 +1,172 @@
+"""Prometheus text exposition: a streaming parser with precise errors, and a writer.
+
+The parser accepts what VictoriaMetrics' /api/v1/import/prometheus accepts: comment and
+TYPE/HELP lines, `name{labels} value [timestamp_ms]`, NaN and +/-Inf values. It caches
+the parsed `name{labels}` prefix because import files repeat each series at many
+timestamps; that cache is what keeps a million lines cheap.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import IO
+
+from service.telemetry.samples import Sample
+
+_NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
+_LABEL_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|\Z)')
+_ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+_ESCAPE_RE = re.compile(r"\\[\\\"n]")
+_SPECIAL_VALUES = {"NaN": math.nan, "+Inf": math.inf, "Inf": math.inf, "-Inf": -math.inf}
+MAX_LINE_BYTES = 64 * 1024
+_CACHE_LIMIT = 1_000_000
+
+
+class PromParseError(ValueError):
+    """A malformed line. `line` is 1-based; the message names the line and the reason."""
+
+    def __init__(self, line: int, reason: str, source: str = "body") -> None:
+        self.line, self.reason, self.source = line, reason, source
+        super().__init__(f"{source}:{line}: {reason}")
+
+
+@dataclass(frozen=True, slots=True)
+class PromLine:
+    line: int
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+    ts_ms: int | None
+
+
+def _unescape(v: str) -> str:
+    return _ESCAPE_RE.sub(lambda m: _ESCAPES[m.group(0)], v) if "\\" in v else v
+
+
+def _parse_series(series: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """Parse `name{a="b",...}`; raises ValueError with the reason."""
+    brace = series.find("{")
+    if brace == -1:
+        name, body = series, None
+    else:
+        if not series.endswith("}"):
+            raise ValueError("label set is not closed with '}'")
+        name, body = series[:brace], series[brace + 1 : -1]
+    if not _NAME_RE.match(name):
+        raise ValueError(f"invalid metric name {name!r}")
+    if not body or not body.strip():
+        return name, ()
+    labels: list[tuple[str, str]] = []
+    pos, seen = 0, set()
+    while pos < len(body):
+        m = _LABEL_RE.match(body, pos)
+        if m is None:
+            raise ValueError(f"malformed label set near {body[pos:pos + 30]!r}")
+        key = m.group(1)
+        if key in seen:
+            raise ValueError(f"label {key!r} repeats")
+        seen.add(key)
+        labels.append((key, _unescape(m.group(2))))
+        pos = m.end()
+        if m.group(3) == "" or body[pos:].strip() == "":
+            break
+    return name, tuple(labels)
+
+
+def _parse_value(tok: str) -> float:
+    special = _SPECIAL_VALUES.get(tok)
+    if special is not None:
+        return special
+    try:
+        return float(tok)
+    except ValueError:
+        raise ValueError(f"value {tok!r} is not a number") from None
+
+
+def parse_lines(lines: Iterable[str], source: str = "body") -> Iterator[PromLine]:
+    """Yield one PromLine per sample line; raise PromParseError at the first bad line."""
+    cache: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
+    for lineno, raw in enumerate(lines, 1):
+        if len(raw) > MAX_LINE_BYTES:
+            raise PromParseError(lineno, f"line longer than {MAX_LINE_BYTES} bytes", source)
+        line = raw.strip()
+        if not line or line[0] == "#":
+            continue
+        brace, space = line.find("{"), line.find(" ")
+        if brace != -1 and (space == -1 or brace < space):
+            end = line.rfind("}")
+            if end == -1:
+                raise PromParseError(lineno, "label set is not closed with '}'", source)
+            series, rest = line[: end + 1], line[end + 1 :]
+        elif space == -1:
+            raise PromParseError(lineno, "missing value after the metric name", source)
+        else:
+            series, rest = line[:space], line[space:]
+        parsed = cache.get(series)
+        if parsed is None:
+            try:
+                parsed = _parse_series(series)
+            except ValueError as exc:
+                raise PromParseError(lineno, str(exc), source) from None
+            if len(cache) < _CACHE_LIMIT:
+                cache[series] = parsed
+        parts = rest.split()
+        if not parts:
+            raise PromParseError(lineno, "missing value", source)
+        if len(parts) > 2:
+            raise PromParseError(lineno, f"unexpected text after the timestamp: {parts[2]!r}", source)
+        try:
+            value = _parse_value(parts[0])
+        except ValueError as exc:
+            raise PromParseError(lineno, str(exc), source) from None
+        ts_ms: int | None = None
+        if len(parts) == 2:
+            try:
+                ts_ms = int(parts[1])
+            except ValueError:
+                raise PromParseError(lineno, f"timestamp {parts[1]!r} is not integer milliseconds",
+                                     source) from None
+        yield PromLine(lineno, parsed[0], parsed[1], value, ts_ms)
+
+
+def parse_text(text: str, source: str = "body") -> list[PromLine]:
+    return list(parse_lines(text.splitlines(), source))
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _fmt_value(v: float) -> str:
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return repr(float(v)) if not float(v).is_integer() or abs(v) >= 1e16 else str(int(v))
+
+
+def format_sample(s: Sample) -> str:
+    """One exposition line for a Sample, with its timestamp."""
+    labels = [f'device="{_escape(s.device)}"']
+    if s.port is not None:
+        labels.append(f'port="{_escape(s.port)}"')
+    if s.lane is not None:
+        labels.append(f'lane="{s.lane}"')
+    if s.priority is not None:
+        labels.append(f'priority="{s.priority}"')
+    if s.gpu is not None:
+        labels.append(f'gpu="{s.gpu}"')
+    return f"{s.metric}{{{','.join(labels)}}} {_fmt_value(s.value)} {s.ts_ms}"
+
+
+def write_samples(samples: Iterable[Sample], out: IO[str]) -> int:
+    """Write samples as exposition lines; returns how many were written."""
+    n = 0
+    for s in samples:
+        out.write(format_sample(s))
+        out.write("\n")
+        n += 1
+    return n

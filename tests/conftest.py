@@ -1,0 +1,84 @@
+"""Shared fixtures: a fresh PostgreSQL database per test run, migrated to head.
+
+With FABRICWATCH_TEST_DATABASE_URL set (as in CI) the run creates its own database on that
+server and drops it at the end; without it, the embedded PostgreSQL is started in a temp dir.
+FABRICWATCH_TEST_REDIS_URL likewise names the broker for Celery tests.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from sqlalchemy import Engine, make_url, text
+
+from service.db import dispose_engines, get_engine, normalize_url
+from service.migrate import upgrade
+
+
+def _admin_url(url: str) -> str:
+    u = make_url(normalize_url(url))
+    return u.set(drivername="postgresql", database="postgres").render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a PostgreSQL server's maintenance database (real one, or embedded)."""
+    configured = os.environ.get("FABRICWATCH_TEST_DATABASE_URL")
+    if configured:
+        yield configured
+        return
+    from service.embedded import EmbeddedPostgres
+
+    data_dir = tmp_path_factory.mktemp("pg")
+    with EmbeddedPostgres(data_dir) as pg:
+        yield pg.url
+
+
+@pytest.fixture(scope="session")
+def db_url(server_url: str) -> Iterator[str]:
+    """A fresh database for this test run, migrated to head; dropped afterwards."""
+    name = f"fw_test_{uuid.uuid4().hex[:10]}"
+    admin = _admin_url(server_url)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = make_url(normalize_url(server_url)).set(database=name).render_as_string(hide_password=False)
+    upgrade(url)
+    try:
+        yield url
+    finally:
+        dispose_engines()
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def engine(db_url: str) -> Engine:
+    return get_engine(db_url)
+
+
+_TABLES_SQL = """
+SELECT string_agg(format('%I', c.relname), ', ')
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+  AND c.relname <> 'alembic_version'
+"""
+
+
+@pytest.fixture()
+def db(engine: Engine) -> Iterator[Engine]:
+    """The test database, emptied before the test."""
+    with engine.begin() as conn:
+        tables = conn.execute(text(_TABLES_SQL)).scalar()
+        if tables:
+            conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+    yield engine
+
+
+@pytest.fixture(scope="session")
+def broker_url(db_url: str) -> str:
+    """The Celery broker: the configured Redis, else the embedded default (SQLAlchemy transport)."""
+    return os.environ.get("FABRICWATCH_TEST_REDIS_URL") or "sqla+" + normalize_url(db_url)
