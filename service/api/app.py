@@ -1,0 +1,38 @@
+"""Assemble the FastAPI application."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from fastapi import FastAPI, Request, Response
+
+from service.api import health, problems
+from service.config import Settings, get_settings
+from service.db import get_engine
+from service.observability import REQUEST_SECONDS
+from service.telemetry import views as telemetry_views
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    if not settings.database_url:
+        raise RuntimeError("create_app needs settings.database_url (the CLI starts the embedded default)")
+    app = FastAPI(title="fabricwatch", version="0.1.0",
+                  description="Fabric telemetry and anomaly detection for GPU clusters.")
+    app.state.settings = settings
+    app.state.engine = get_engine(settings.database_url)
+    problems.install(app)
+
+    @app.middleware("http")
+    async def _timing(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        t0 = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        REQUEST_SECONDS.labels(request.method, getattr(route, "path", "unmatched"),
+                               str(response.status_code)).observe(time.perf_counter() - t0)
+        return response
+
+    app.include_router(health.router)
+    app.include_router(telemetry_views.router)
+    return app

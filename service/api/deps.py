@@ -1,0 +1,22 @@
+"""FastAPI dependencies shared by the routers."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy import Engine
+
+from service.config import Settings
+
+
+def get_engine_dep(request: Request) -> Engine:
+    return request.app.state.engine
+
+
+def get_settings_dep(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+EngineDep = Annotated[Engine, Depends(get_engine_dep)]
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]

@@ -1,0 +1,45 @@
+"""Liveness, readiness and the service's own metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+from starlette.concurrency import run_in_threadpool
+
+from service.api.deps import EngineDep, SettingsDep
+from service.broker import ping_broker
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(engine: EngineDep, settings: SettingsDep) -> JSONResponse:
+    checks: dict[str, Any] = {}
+
+    def db_check() -> None:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    for name, fn in (("database", db_check), ("broker", lambda: ping_broker(settings))):
+        try:
+            await run_in_threadpool(fn)
+            checks[name] = "ok"
+        except Exception as exc:  # any failure means not ready; say which and why
+            checks[name] = f"error: {type(exc).__name__}: {exc}"[:300]
+    ready = all(v == "ok" for v in checks.values())
+    return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks},
+                        status_code=200 if ready else 503)
+
+
+@router.get("/metrics")
+def metrics() -> Response:
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,49 @@
+"""RFC 9457 problem+json errors, for every 4xx and 5xx the API returns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+PROBLEM_TYPE = "application/problem+json"
+
+
+class Problem(Exception):
+    """Raise to answer with a problem document. `extra` adds members (e.g. line, report)."""
+
+    def __init__(self, status: int, title: str, detail: str | None = None, **extra: Any) -> None:
+        self.status, self.title, self.detail, self.extra = status, title, detail, extra
+        super().__init__(detail or title)
+
+
+def problem_response(status: int, title: str, detail: str | None = None, **extra: Any) -> JSONResponse:
+    body: dict[str, Any] = {"type": "about:blank", "title": title, "status": status}
+    if detail:
+        body["detail"] = detail
+    body.update(extra)
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_TYPE)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(Problem)
+    async def _problem(_: Request, exc: Problem) -> JSONResponse:
+        return problem_response(exc.status, exc.title, exc.detail, **exc.extra)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return problem_response(exc.status_code, str(exc.detail) if exc.detail else "error")
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
+        first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
+        detail = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+        return problem_response(422, "Invalid request", detail, errors=errors)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        return problem_response(500, "Internal error", type(exc).__name__)

@@ -1,0 +1,65 @@
+"""Daily partitions of `samples`: created ahead (and on demand), dropped after retention."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, date, datetime, timedelta
+
+from sqlalchemy import Connection, text
+
+_NAME_RE = re.compile(r"^samples_p(\d{8})$")
+_LOCK_KEY = 74_201_100  # advisory lock so concurrent ingests don't race on CREATE TABLE
+
+
+def partition_name(day: date) -> str:
+    return f"samples_p{day:%Y%m%d}"
+
+
+def existing_partitions(conn: Connection) -> dict[date, str]:
+    rows = conn.execute(text(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = 'samples'"
+    )).scalars()
+    out: dict[date, str] = {}
+    for name in rows:
+        m = _NAME_RE.match(name)
+        if m:
+            out[datetime.strptime(m.group(1), "%Y%m%d").date()] = name
+    return out
+
+
+def ensure_partitions(conn: Connection, first: date, last: date) -> list[str]:
+    """Create the daily partitions covering [first, last]; returns the names created."""
+    days = [first + timedelta(days=i) for i in range((last - first).days + 1)]
+    missing = [d for d in days if d not in existing_partitions(conn)]
+    if not missing:
+        return []
+    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
+    have = existing_partitions(conn)
+    created = []
+    for day in missing:
+        if day in have:
+            continue
+        name = partition_name(day)
+        lo = datetime(day.year, day.month, day.day, tzinfo=UTC)
+        hi = lo + timedelta(days=1)
+        conn.execute(text(
+            f"CREATE TABLE {name} PARTITION OF samples FOR VALUES FROM ('{lo.isoformat()}') TO ('{hi.isoformat()}')"
+        ))
+        created.append(name)
+    return created
+
+
+def ensure_ahead(conn: Connection, *, today: date, days_ahead: int) -> list[str]:
+    return ensure_partitions(conn, today, today + timedelta(days=days_ahead))
+
+
+def drop_expired(conn: Connection, *, today: date, retention_days: int) -> list[str]:
+    """Drop partitions whose whole day is older than the retention period."""
+    cutoff = today - timedelta(days=retention_days)
+    dropped = []
+    for day, name in sorted(existing_partitions(conn).items()):
+        if day < cutoff:
+            conn.execute(text(f"DROP TABLE {name}"))
+            dropped.append(name)
+    return dropped

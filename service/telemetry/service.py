@@ -1,0 +1,155 @@
+"""Telemetry logic: Prometheus-text import and series queries (plain functions)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, Engine, text
+
+from service.observability import INGEST_ERRORS, INGESTED_ROWS
+from service.telemetry import catalogue
+from service.telemetry.counters import rates
+from service.telemetry.ingest import Ingestor, IngestReport
+from service.telemetry.promtext import PromParseError, parse_lines
+from service.telemetry.samples import Sample
+
+
+def import_prometheus(
+    *,
+    engine: Engine,
+    lines: Iterable[str],
+    source: str = "body",
+    default_ts_ms: int | None = None,
+    batch_rows: int = 50_000,
+    on_progress: Callable[[int], None] | None = None,
+) -> IngestReport:
+    """Import exposition lines in one transaction; a malformed line raises and writes nothing."""
+    default_ts = default_ts_ms if default_ts_ms is not None else int(time.time() * 1000)
+    try:
+        with engine.begin() as conn:
+            ingestor = Ingestor(conn, batch_rows=batch_rows)
+            for n, line in enumerate(parse_lines(lines, source), 1):
+                ingestor.add_prom(line, default_ts)
+                if on_progress is not None and n % 10_000 == 0:
+                    on_progress(n)
+            report = ingestor.finish()
+    except PromParseError:
+        INGEST_ERRORS.labels(reason="parse").inc()
+        raise
+    INGESTED_ROWS.inc(report.written)
+    return report
+
+
+def ingest_samples(*, engine: Engine, samples: Iterable[Sample], batch_rows: int = 50_000) -> IngestReport:
+    """Store canonical samples from a collector in one transaction."""
+    with engine.begin() as conn:
+        ingestor = Ingestor(conn, batch_rows=batch_rows)
+        for s in samples:
+            ingestor.add(s)
+        report = ingestor.finish()
+    INGESTED_ROWS.inc(report.written)
+    return report
+
+
+@dataclass
+class SeriesResult:
+    metric: str
+    device: str
+    port: str | None
+    lane: int | None
+    priority: int | None
+    gpu: int | None
+    kind: str
+    unit: str
+    points: list[tuple[int, float | None]]
+
+
+_SERIES_SQL = """
+SELECT s.id, s.metric, d.name, p.name, s.lane, s.priority, s.gpu, s.counter_bits, s.saturating
+FROM series s JOIN devices d ON d.id = s.device_id LEFT JOIN ports p ON p.id = s.port_id
+WHERE s.metric = :metric
+  AND (CAST(:device AS text) IS NULL OR d.name = :device)
+  AND (CAST(:port AS text) IS NULL OR p.name = :port)
+  AND (CAST(:lane AS int) IS NULL OR s.lane = :lane)
+  AND (CAST(:priority AS int) IS NULL OR s.priority = :priority)
+  AND (CAST(:gpu AS int) IS NULL OR s.gpu = :gpu)
+ORDER BY d.name, p.name NULLS FIRST, s.lane NULLS FIRST, s.priority NULLS FIRST, s.gpu NULLS FIRST
+LIMIT :limit
+"""
+
+_POINTS_SQL = """
+SELECT (extract(epoch FROM ts) * 1000)::bigint, value FROM samples
+WHERE series_id = :sid AND ts >= :start AND ts <= :end ORDER BY ts
+"""
+
+
+def query_series(
+    *,
+    conn: Connection,
+    metric: str,
+    start: datetime,
+    end: datetime,
+    device: str | None = None,
+    port: str | None = None,
+    lane: int | None = None,
+    priority: int | None = None,
+    gpu: int | None = None,
+    step_s: float | None = None,
+    raw: bool = False,
+    max_series: int = 1000,
+) -> list[SeriesResult]:
+    """Stored series in [start, end]: gauges as stored, counters as per-second rates.
+
+    With `step_s`, points are bucketed: gauges average per bucket; counter rates are the
+    summed increases per bucket divided by the bucket's covered time.
+    """
+    mdef = catalogue.get(metric)
+    if mdef is None:
+        raise KeyError(metric)
+    is_counter = mdef.kind is catalogue.Kind.COUNTER and not raw
+    found = conn.execute(text(_SERIES_SQL), {
+        "metric": metric, "device": device, "port": port, "lane": lane, "priority": priority,
+        "gpu": gpu, "limit": max_series}).all()
+    out = []
+    for sid, m, dev, prt, ln, prio, g, bits, sat in found:
+        rows = conn.execute(text(_POINTS_SQL), {"sid": sid, "start": start, "end": end}).all()
+        ts = [r[0] for r in rows]
+        vals = [r[1] for r in rows]
+        if is_counter:
+            per_s = rates(ts, vals, bits=bits, saturating=sat)
+            points = list(zip(ts[1:], per_s[1:], strict=True))
+            if step_s:
+                points = _bucket_rates(ts, per_s, step_s)
+        else:
+            points = list(zip(ts, vals, strict=True))
+            if step_s:
+                points = _bucket_gauge(points, step_s)
+        out.append(SeriesResult(m, dev, prt, ln, prio, g, mdef.kind.value, "1/s" if is_counter else mdef.unit,
+                                points))
+    return out
+
+
+def _bucket_gauge(points: list[tuple[int, float]], step_s: float) -> list[tuple[int, float | None]]:
+    step = int(step_s * 1000)
+    sums: dict[int, list[float]] = {}
+    for t, v in points:
+        sums.setdefault(t - t % step, []).append(v)
+    return [(b, sum(v) / len(v)) for b, v in sorted(sums.items())]
+
+
+def _bucket_rates(ts: list[int], per_s: list[float | None], step_s: float) -> list[tuple[int, float | None]]:
+    step = int(step_s * 1000)
+    inc: dict[int, float] = {}
+    covered: dict[int, int] = {}
+    for i in range(1, len(ts)):
+        r = per_s[i]
+        if r is None:
+            continue
+        b = ts[i] - ts[i] % step
+        dt = ts[i] - ts[i - 1]
+        inc[b] = inc.get(b, 0.0) + r * dt / 1000.0
+        covered[b] = covered.get(b, 0) + dt
+    return [(b, inc[b] * 1000.0 / covered[b]) for b in sorted(inc)]

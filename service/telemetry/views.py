@@ -1,0 +1,106 @@
+"""Telemetry endpoints: Prometheus-text import and series queries."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from starlette.concurrency import run_in_threadpool
+
+from service.api.deps import EngineDep, SettingsDep
+from service.api.problems import Problem
+from service.observability import INGEST_ERRORS
+from service.telemetry import catalogue
+from service.telemetry.promtext import PromParseError
+from service.telemetry.service import import_prometheus, query_series
+
+router = APIRouter(prefix="/api/v1", tags=["telemetry"])
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise Problem(413, "Body too large", f"body of {declared} bytes exceeds the limit of {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise Problem(413, "Body too large", f"body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    if request.headers.get("content-encoding", "").lower() == "gzip":
+        try:
+            decoder = zlib.decompressobj(wbits=31)
+            body = decoder.decompress(body, limit + 1)
+            if len(body) > limit or decoder.unconsumed_tail:
+                raise Problem(413, "Body too large", f"decompressed body exceeds {limit} bytes")
+        except (zlib.error, gzip.BadGzipFile) as exc:
+            raise Problem(400, "Malformed body", f"gzip: {exc}") from None
+    return body
+
+
+@router.post("/import/prometheus", summary="Import Prometheus text exposition (VictoriaMetrics-compatible)")
+async def import_prom(request: Request, engine: EngineDep, settings: SettingsDep) -> dict[str, Any]:
+    body = await _read_body(request, settings.max_body_bytes)
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        INGEST_ERRORS.labels(reason="encoding").inc()
+        raise Problem(400, "Malformed body", f"body is not UTF-8 at byte {exc.start}") from None
+    try:
+        report = await run_in_threadpool(
+            import_prometheus, engine=engine, lines=text.splitlines(), source="body",
+            batch_rows=settings.ingest_batch_rows)
+    except PromParseError as exc:
+        raise Problem(400, "Malformed exposition", str(exc), line=exc.line, reason=exc.reason) from None
+    return report.to_dict()
+
+
+def _parse_time(v: str | None, default: datetime, name: str) -> datetime:
+    if v is None:
+        return default
+    try:
+        if v.replace(".", "", 1).isdigit():
+            return datetime.fromtimestamp(float(v), tz=UTC)
+        t = datetime.fromisoformat(v)
+        return t if t.tzinfo else t.replace(tzinfo=UTC)
+    except ValueError:
+        raise Problem(400, "Bad parameter", f"{name}={v!r} is neither RFC 3339 nor Unix seconds") from None
+
+
+@router.get("/series", summary="Stored series; counters as per-second rates")
+def get_series(
+    engine: EngineDep,
+    metric: str,
+    device: str | None = None,
+    port: str | None = None,
+    lane: int | None = None,
+    priority: int | None = None,
+    gpu: int | None = None,
+    start: str | None = None,
+    end: str | None = None,
+    step: Annotated[float | None, Query(gt=0, le=86400 * 7)] = None,
+    raw: bool = False,
+) -> dict[str, Any]:
+    if catalogue.get(metric) is None:
+        raise Problem(404, "Unknown metric", f"{metric!r} is not in the metric catalogue")
+    now = datetime.now(UTC)
+    t_end = _parse_time(end, now, "end")
+    t_start = _parse_time(start, t_end - timedelta(hours=1), "start")
+    if t_start > t_end:
+        raise Problem(400, "Bad parameter", "start is after end")
+    with engine.connect() as conn:
+        results = query_series(conn=conn, metric=metric, device=device, port=port, lane=lane,
+                               priority=priority, gpu=gpu, start=t_start, end=t_end, step_s=step, raw=raw)
+    return {
+        "metric": metric, "start": t_start.isoformat(), "end": t_end.isoformat(), "step": step,
+        "series": [
+            {"labels": {k: v for k, v in (("device", r.device), ("port", r.port), ("lane", r.lane),
+                                          ("priority", r.priority), ("gpu", r.gpu)) if v is not None},
+             "kind": r.kind, "unit": r.unit, "points": [[t, v] for t, v in r.points]}
+            for r in results
+        ],
+    }
