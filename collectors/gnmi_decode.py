@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -138,7 +138,7 @@ def normalize(elems: list[PathElem]) -> tuple[PathElem, ...]:
 
 # ---------------------------------------------------------------------------- values
 
-def _float32(v: float) -> float:
+def float32(v: float) -> float:
     # float_val is IEEE single precision: give back the shortest decimal that round-trips
     # (36.66, not 36.65999984741211) so thresholds and tests see what the device meant.
     return float(str(np.float32(v)))
@@ -170,7 +170,7 @@ def decode_typed_value(tv: gnmi_pb2.TypedValue) -> Any:
     if kind in ("string_val", "ascii_val", "int_val", "uint_val", "bool_val", "bytes_val", "double_val"):
         return getattr(tv, kind)
     if kind == "float_val":
-        return _float32(tv.float_val)
+        return float32(tv.float_val)
     if kind == "decimal_val":
         return decimal64(tv.decimal_val.digits, tv.decimal_val.precision)
     if kind in ("json_val", "json_ietf_val"):
@@ -224,7 +224,7 @@ def decode_json_typed_value(tv: Mapping[str, Any]) -> Any:
             f = float(v)  # protojson writes "NaN"/"Infinity" as strings
         except (TypeError, ValueError) as e:
             raise DecodeError(f"{kind} {v!r} is not a number") from e
-        return _float32(f) if kind == "floatVal" else f
+        return float32(f) if kind == "floatVal" else f
     if kind == "decimalVal":
         if not isinstance(v, Mapping):
             raise DecodeError(f"decimalVal {v!r} is not an object")
@@ -447,5 +447,6 @@ def json_leaves(
                 groups.append(leaves)
                 problems.extend(probs)
             else:
-                raise ParseError(source, f"{where}: neither gnmic ('updates') nor SubscribeResponse ('update')")
+                raise ParseError(
+                    source, f"{where}: neither gnmic ('updates') nor SubscribeResponse ('update') shape")
     return groups, problems
