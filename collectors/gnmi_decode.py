@@ -275,14 +275,30 @@ def flatten(path: tuple[PathElem, ...], value: Any) -> Iterator[tuple[tuple[Path
 
 # ---------------------------------------------------------------------------- notifications
 
+# A stream repeats the same few thousand paths every interval; building and normalising
+# them each time was most of the decode cost (bench/gnmi_stream.py).
+_PATH_CACHE: dict[tuple[bytes, bytes], tuple[PathElem, ...]] = {}
+_PATH_CACHE_MAX = 500_000
+
+
+def _full_path(prefix: gnmi_pb2.Path, prefix_key: bytes, path: gnmi_pb2.Path) -> tuple[PathElem, ...]:
+    key = (prefix_key, path.SerializeToString(deterministic=True))
+    hit = _PATH_CACHE.get(key)
+    if hit is None:
+        if len(_PATH_CACHE) >= _PATH_CACHE_MAX:
+            _PATH_CACHE.clear()
+        hit = _PATH_CACHE[key] = normalize(path_from_proto(prefix) + path_from_proto(path))
+    return hit
+
+
 def notification_leaves(n: gnmi_pb2.Notification) -> tuple[list[Leaf], list[str]]:
     """All leaves of one Notification, with the reasons any update could not be decoded."""
-    prefix = path_from_proto(n.prefix)
+    prefix_key = n.prefix.SerializeToString(deterministic=True)
     origin = n.prefix.origin
     leaves: list[Leaf] = []
     problems: list[str] = []
     for u in n.update:
-        full = normalize(prefix + path_from_proto(u.path))
+        full = _full_path(n.prefix, prefix_key, u.path)
         # gNMI 0.8 puts the value in `val`; very old devices used the deprecated `value`
         if u.HasField("val"):
             try:
@@ -298,6 +314,9 @@ def notification_leaves(n: gnmi_pb2.Notification) -> tuple[list[Leaf], list[str]
                 continue
         else:
             problems.append(f"{format_path(full, origin)}: update carries no value")
+            continue
+        if not isinstance(decoded, dict | list):
+            leaves.append(Leaf(full, decoded, n.timestamp, origin or u.path.origin))
             continue
         try:
             for p, v in flatten(full, decoded):
