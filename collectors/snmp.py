@@ -1,0 +1,489 @@
+"""The SNMP collector: IF-MIB counters and state, DOM optics and LLDP neighbours.
+
+One mapping serves live polls and recorded walks: `samples_from_varbinds` takes
+(oid, type, value) triples from either pysnmp (`collect_snmp`) or an snmpsim
+`.snmprec` file (`parse_snmprec`). The transport is pysnmp's asyncio v3arch API with
+numeric OIDs and no MIB lookups; each table group is read with multi-column GETBULK.
+
+Port rule: port-level metrics are emitted only for physical Ethernet/InfiniBand
+interfaces (ifType ethernetCsmacd, fastEther, fastEtherFX, gigabitEthernet,
+infiniband) whose name does not look like a management or service port (mgmt0,
+Management1, eth0, em0, fxp0, re0:mgmt-0, Cumulus' "mirror"). LAGs (Port-Channel,
+ae0), VLAN interfaces, loopbacks, tunnels and Junos logical units are skipped: their
+counters duplicate or aggregate the member ports'. `target.params["port_pattern"]`
+(a regex on the port name) replaces the name rule where a site needs another one.
+
+Packets: port_rx/tx_packets_total is the sum of the HC unicast, multicast and
+broadcast counters that the agent returns (IF-MIB splits them; the catalogue
+counts all packets).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, TypeVar
+
+from collectors import snmp_oids as O
+from collectors.base import CollectResult, Neighbor, ParseError, Target, register
+from collectors.snmp_dom import optic_samples
+from collectors.snmp_oids import COUNTER_BITS, Cells, Oid, Value, Varbind, dotted, text_of
+from service.telemetry.samples import Sample
+
+DEFAULT_MAX_REPETITIONS = 25
+# Upper bound on varbinds asked for in one GETBULK (columns x repetitions): keeps a
+# response well under a 64 KiB UDP datagram and under common agent limits.
+DEFAULT_MAX_VARBINDS = 250
+DEFAULT_DEADLINE_S = 60.0
+_MAX_ROWS_PER_COLUMN = 100_000  # guards against an agent that never ends a walk
+
+# ---------------------------------------------------------------------------
+# .snmprec parsing (snmpsim recordings)
+
+_SNMPREC_TYPES = {2: "Integer", 4: "OctetString", 5: "Null", 6: "ObjectIdentifier", 64: "IpAddress",
+                  65: "Counter32", 66: "Gauge32", 67: "TimeTicks", 68: "Opaque", 70: "Counter64",
+                  128: "NoSuchObject", 129: "NoSuchInstance", 130: "EndOfMibView"}
+_RANGES = {"Integer": (-(2**31), 2**31 - 1), "Counter32": (0, 2**32 - 1), "Gauge32": (0, 2**32 - 1),
+           "TimeTicks": (0, 2**32 - 1), "Counter64": (0, 2**64 - 1)}
+_OID_RE = re.compile(r"^\.?\d+(\.\d+)+$")
+_TAG_RE = re.compile(r"^(\d+)([xe]?)$")
+
+
+def parse_snmprec_varbinds(text: str, *, source: str = "<snmprec>") -> list[Varbind]:
+    """`oid|tag|value` lines -> varbinds. Blank lines and '#' comments are skipped.
+
+    Raises ParseError(source, reason, line) on the first malformed line.
+    """
+    out: list[Varbind] = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        parts = line.split("|", 2)
+        if len(parts) != 3:
+            raise ParseError(source, f"expected 'oid|type|value', got {line[:60]!r}", n)
+        oid_s, tag_s, raw = parts
+        if not _OID_RE.match(oid_s):
+            raise ParseError(source, f"not a numeric OID: {oid_s[:60]!r}", n)
+        m = _TAG_RE.match(tag_s)
+        if not m or int(m.group(1)) not in _SNMPREC_TYPES:
+            raise ParseError(source, f"unknown or unsupported type tag {tag_s!r}", n)
+        typ = _SNMPREC_TYPES[int(m.group(1))]
+        out.append((O.oid(oid_s), typ, _snmprec_value(typ, m.group(2), raw, source, n)))
+    return out
+
+
+def _snmprec_value(typ: str, mod: str, raw: str, source: str, n: int) -> Value:
+    if mod == "x":
+        try:
+            data = bytes.fromhex(raw)
+        except ValueError:
+            raise ParseError(source, f"bad hex value for {typ}: {raw[:40]!r}", n) from None
+        if typ in _RANGES:
+            return int.from_bytes(data, "big") if data else 0
+        return data
+    if mod == "e":  # snmpsim's escaped form: Python string escapes
+        raw = raw.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    if typ in _RANGES:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ParseError(source, f"{typ} value is not an integer: {raw[:40]!r}", n) from None
+        lo, hi = _RANGES[typ]
+        if not lo <= value <= hi:
+            raise ParseError(source, f"{typ} value {value} out of range [{lo}, {hi}]", n)
+        return value
+    if typ in ("OctetString", "Opaque"):
+        return raw.encode("utf-8", "surrogateescape")
+    if typ == "ObjectIdentifier":
+        if raw and not _OID_RE.match(raw) and raw not in ("0.0",):
+            raise ParseError(source, f"bad OID value: {raw[:40]!r}", n)
+        return raw
+    if typ == "IpAddress":
+        if not re.fullmatch(r"\d{1,3}(\.\d{1,3}){3}", raw):
+            raise ParseError(source, f"bad IpAddress value: {raw[:40]!r}", n)
+        return raw
+    return None
+
+
+def parse_snmprec(text: str, *, device: str, ts_ms: int,
+                  source: str = "<snmprec>") -> tuple[list[Sample], list[Neighbor]]:
+    """A recorded walk -> (canonical samples, LLDP neighbours). ParseError on malformed lines."""
+    mapped = samples_from_varbinds(parse_snmprec_varbinds(text, source=source), device=device, ts_ms=ts_ms)
+    return mapped.samples, mapped.neighbors
+
+
+# ---------------------------------------------------------------------------
+# Mapping: varbinds -> canonical samples and neighbours
+
+
+class Mapped(NamedTuple):
+    samples: list[Sample]
+    neighbors: list[Neighbor]
+    warnings: list[str]
+
+
+# ethernetCsmacd(6), fastEther(62), fastEtherFX(69), gigabitEthernet(117), infiniband(199)
+_PHYSICAL_IF_TYPES = frozenset({6, 62, 69, 117, 199})
+_NOT_FABRIC_RE = re.compile(r"^(mgmt|management|ma\d|me\d|em\d|fxp\d|eth\d|re\d+:mgmt|mirror)", re.I)
+
+
+@dataclass
+class _Interfaces:
+    label: dict[int, str] = field(default_factory=dict)  # every ifIndex -> ifName or ifDescr
+    ports: dict[int, str] = field(default_factory=dict)  # real ports only
+    names: dict[str, str] = field(default_factory=dict)  # ifName and ifDescr -> label
+
+
+def _interfaces(cells: Cells, port_pattern: str | None) -> _Interfaces:
+    names = cells.texts((*O.IFX_ENTRY, O.IFX_NAME))
+    descrs = cells.texts((*O.IF_ENTRY, O.IF_DESCR))
+    types = cells.ints((*O.IF_ENTRY, O.IF_TYPE))
+    include = re.compile(port_pattern) if port_pattern else None
+    out = _Interfaces()
+    for idx in names.keys() | descrs.keys() | types.keys():
+        if len(idx) != 1:
+            continue
+        label = names.get(idx) or descrs.get(idx)
+        if not label:
+            continue
+        out.label[idx[0]] = label
+        for alias in (names.get(idx), descrs.get(idx)):
+            if alias:
+                out.names.setdefault(alias, label)
+        if idx in types and types[idx] not in _PHYSICAL_IF_TYPES:
+            continue
+        named_ok = include.search(label) if include else not _NOT_FABRIC_RE.match(label)
+        if named_ok:
+            out.ports[idx[0]] = label
+    return out
+
+
+def _port_samples(cells: Cells, ifs: _Interfaces, device: str, ts_ms: int) -> list[Sample]:
+    out: list[Sample] = []
+
+    def col(entry: Oid, c: int) -> dict[Oid, tuple[str, int]]:
+        return cells.typed_ints((*entry, c))
+
+    def counter(metric: str, column: dict[Oid, tuple[str, int]]) -> None:
+        for idx, (typ, v) in column.items():
+            port = ifs.ports.get(idx[0]) if len(idx) == 1 else None
+            if port:
+                out.append(Sample(metric, float(v), ts_ms, device, port=port, counter_bits=COUNTER_BITS.get(typ)))
+
+    def gauge(metric: str, column: dict[Oid, tuple[str, int]], conv: Any) -> None:
+        for idx, (_, v) in column.items():
+            port = ifs.ports.get(idx[0]) if len(idx) == 1 else None
+            if port:
+                out.append(Sample(metric, float(conv(v)), ts_ms, device, port=port))
+
+    gauge("port_oper_up", col(O.IF_ENTRY, O.IF_OPER), lambda v: v == 1)
+    gauge("port_admin_up", col(O.IF_ENTRY, O.IF_ADMIN), lambda v: v == 1)
+    gauge("port_last_change_seconds", col(O.IF_ENTRY, O.IF_LAST_CHANGE), lambda v: v / 100.0)
+    gauge("port_speed_bits_per_second", col(O.IFX_ENTRY, O.IFX_HIGH_SPEED), lambda v: v * 1_000_000)
+    counter("port_rx_bytes_total", col(O.IFX_ENTRY, O.IFX_HC_IN_OCTETS))
+    counter("port_tx_bytes_total", col(O.IFX_ENTRY, O.IFX_HC_OUT_OCTETS))
+    counter("port_rx_errors_total", col(O.IF_ENTRY, O.IF_IN_ERRORS))
+    counter("port_tx_errors_total", col(O.IF_ENTRY, O.IF_OUT_ERRORS))
+    counter("port_rx_discards_total", col(O.IF_ENTRY, O.IF_IN_DISCARDS))
+    counter("port_tx_discards_total", col(O.IF_ENTRY, O.IF_OUT_DISCARDS))
+    counter("port_rx_fcs_errors_total", col(O.DOT3_ENTRY, O.DOT3_FCS_ERRORS))
+    for metric, parts in (("port_rx_packets_total", (O.IFX_HC_IN_UCAST, O.IFX_HC_IN_MCAST, O.IFX_HC_IN_BCAST)),
+                          ("port_tx_packets_total", (O.IFX_HC_OUT_UCAST, O.IFX_HC_OUT_MCAST, O.IFX_HC_OUT_BCAST))):
+        ucast, *others = [col(O.IFX_ENTRY, c) for c in parts]
+        summed: dict[Oid, tuple[str, int]] = {}
+        for idx, (typ, v) in ucast.items():
+            bits = COUNTER_BITS.get(typ, 64)
+            for other in others:
+                if idx in other:
+                    bits = min(bits, COUNTER_BITS.get(other[idx][0], 64))
+                    v += other[idx][1]
+            summed[idx] = ("Counter64" if bits == 64 else "Counter32", v)
+        counter(metric, summed)
+    return out
+
+
+# LldpPortIdSubtype: interfaceAlias(1) portComponent(2) macAddress(3) networkAddress(4)
+# interfaceName(5) agentCircuitId(6) local(7)
+_PORT_ID_IFNAME, _PORT_ID_MAC = 5, 3
+
+
+def _neighbors(cells: Cells, ifs: _Interfaces) -> list[Neighbor]:
+    loc_id = cells.texts((*O.LLDP_LOC_PORT_ENTRY, O.LLDP_LOC_PORT_ID))
+    loc_desc = cells.texts((*O.LLDP_LOC_PORT_ENTRY, O.LLDP_LOC_PORT_DESC))
+    rem = O.LLDP_REM_ENTRY
+    sys_name = cells.texts((*rem, O.LLDP_REM_SYS_NAME))
+    chassis = cells.raw((*rem, O.LLDP_REM_CHASSIS_ID))
+    port_id = cells.raw((*rem, O.LLDP_REM_PORT_ID))
+    port_desc = cells.texts((*rem, O.LLDP_REM_PORT_DESC))
+    subtype = cells.ints((*rem, O.LLDP_REM_PORT_ID_SUBTYPE))
+    out: list[Neighbor] = []
+    for idx in sorted(sys_name.keys() | port_id.keys()):
+        if len(idx) != 3:
+            continue
+        local_num = idx[1]
+        local = (loc_id.get((local_num,)) or loc_desc.get((local_num,)) or ifs.label.get(local_num)
+                 or str(local_num))
+        raw_pid = port_id.get(idx, ("", b""))[1]
+        if subtype.get(idx) == _PORT_ID_IFNAME:
+            remote_port = text_of(raw_pid)
+        elif subtype.get(idx) == _PORT_ID_MAC and isinstance(raw_pid, bytes) and len(raw_pid) == 6:
+            remote_port = port_desc.get(idx) or raw_pid.hex(":")
+        else:
+            remote_port = port_desc.get(idx) or text_of(raw_pid)
+        remote = sys_name.get(idx) or _chassis_text(chassis.get(idx, ("", None))[1])
+        if remote and remote_port:
+            out.append(Neighbor(local_port=local, remote_device=remote, remote_port=remote_port))
+    return out
+
+
+def _chassis_text(value: Value) -> str:
+    if isinstance(value, bytes) and len(value) == 6:
+        return value.hex(":")
+    return text_of(value)
+
+
+def samples_from_varbinds(varbinds: list[Varbind], *, device: str, ts_ms: int,
+                          port_pattern: str | None = None) -> Mapped:
+    """(oid, type, value) triples -> canonical samples, LLDP neighbours and warnings.
+
+    Pure: the same code maps a live poll and a recorded walk. Unknown OIDs are ignored.
+    """
+    cells = Cells(varbinds)
+    ifs = _interfaces(cells, port_pattern)
+    samples = _port_samples(cells, ifs, device, ts_ms)
+    samples += optic_samples(cells, device=device, ts_ms=ts_ms, ifindex_port=ifs.ports,
+                             port_names={n: p for n, p in ifs.names.items() if p in ifs.ports.values()})
+    return Mapped(samples, _neighbors(cells, ifs), cells.warnings)
+
+
+# ---------------------------------------------------------------------------
+# Transport: pysnmp asyncio, multi-column GETBULK
+
+
+class SnmpFailure(Exception):
+    """A poll step failed; the message is safe to show (no secrets)."""
+
+
+_AUTH = {"md5": "usmHMACMD5AuthProtocol", "sha": "usmHMACSHAAuthProtocol",
+         "sha224": "usmHMAC128SHA224AuthProtocol", "sha256": "usmHMAC192SHA256AuthProtocol",
+         "sha384": "usmHMAC256SHA384AuthProtocol", "sha512": "usmHMAC384SHA512AuthProtocol"}
+_PRIV = {"des": "usmDESPrivProtocol", "aes": "usmAesCfb128Protocol", "aes128": "usmAesCfb128Protocol",
+         "aes192": "usmAesCfb192Protocol", "aes256": "usmAesCfb256Protocol"}
+
+# pysnmp error indications (class names in pysnmp.proto.errind) -> what an operator should know.
+_ERRIND_HINTS = {
+    "RequestTimedOut": "no response (timeout)",
+    "WrongDigest": "SNMPv3 authentication failed: agent reported usmStatsWrongDigests "
+                   "(wrong auth key or auth protocol)",
+    "AuthenticationFailure": "SNMPv3 authentication failed (wrong auth key or auth protocol)",
+    "DecryptionError": "SNMPv3 decryption failed: usmStatsDecryptionErrors (wrong privacy key or protocol)",
+    "UnknownUserName": "SNMPv3 user unknown to the agent: usmStatsUnknownUserNames",
+    "UnsupportedSecLevel": "SNMPv3 security level not supported for this user: usmStatsUnsupportedSecLevels",
+    "NotInTimeWindow": "SNMPv3 message outside the agent's time window: usmStatsNotInTimeWindows",
+    "UnknownEngineID": "SNMPv3 engine ID discovery failed: usmStatsUnknownEngineIDs",
+}
+
+
+def _version(target: Target) -> str:
+    v = str(target.params.get("version", "2c")).lower().lstrip("v")
+    if v in ("2", "2c"):
+        return "2c"
+    if v == "3":
+        return "3"
+    raise SnmpFailure(f"unsupported SNMP version {target.params.get('version')!r} (use '2c' or '3')")
+
+
+def _auth_data(hl: Any, target: Target) -> Any:
+    if _version(target) == "2c":
+        community = target.secrets.get("community")
+        if not community:
+            raise SnmpFailure("v2c needs secrets['community']; none was resolved")
+        return hl.CommunityData(community, mpModel=1)
+    user = target.params.get("user")
+    if not user:
+        raise SnmpFailure("v3 needs params['user']")
+    auth_name = str(target.params.get("auth_protocol", "sha256")).lower()
+    priv_name = str(target.params.get("priv_protocol", "aes")).lower()
+    if auth_name not in _AUTH:
+        raise SnmpFailure(f"unknown v3 auth_protocol {auth_name!r}; known: {sorted(_AUTH)}")
+    if priv_name not in _PRIV:
+        raise SnmpFailure(f"unknown v3 priv_protocol {priv_name!r}; known: {sorted(_PRIV)}")
+    auth_key, priv_key = target.secrets.get("auth_key"), target.secrets.get("priv_key")
+    for what, key in (("auth_key", auth_key), ("priv_key", priv_key)):
+        if not key:
+            raise SnmpFailure(f"v3 authPriv needs secrets['{what}']; none was resolved")
+        if len(key) < 8:
+            raise SnmpFailure(f"v3 secrets['{what}'] is shorter than 8 characters (RFC 3414 minimum)")
+    return hl.UsmUserData(user, authKey=auth_key, privKey=priv_key,
+                          authProtocol=getattr(hl, _AUTH[auth_name]), privProtocol=getattr(hl, _PRIV[priv_name]))
+
+
+def _from_pysnmp(name: Any, value: Any) -> Varbind:
+    typ = type(value).__name__
+    if typ in ("Integer32", "Integer"):
+        return tuple(name), "Integer", int(value)
+    if typ == "Unsigned32":
+        typ = "Gauge32"
+    if typ in O.INT_TYPES:
+        return tuple(name), typ, int(value)
+    if typ in ("OctetString", "Opaque", "Bits"):
+        return tuple(name), "OctetString" if typ == "Bits" else typ, value.asOctets()
+    if typ == "IpAddress":
+        return tuple(name), typ, ".".join(str(b) for b in value.asOctets())
+    if typ in ("ObjectIdentifier", "ObjectName", "ObjectIdentity"):
+        return tuple(name), "ObjectIdentifier", ".".join(map(str, value))
+    return tuple(name), typ, None
+
+
+@dataclass
+class _Session:
+    hl: Any
+    engine: Any
+    auth: Any
+    transport: Any
+    context: Any
+    target: Target
+    max_repetitions: int
+    max_varbinds: int
+
+    async def walk(self, columns: Sequence[Oid]) -> list[Varbind]:
+        """Walk table columns side by side with GETBULK until each leaves its subtree."""
+        hl, out = self.hl, []
+        last: dict[Oid, Oid] = {c: c for c in columns}
+        rows = 0
+        while last:
+            cols = list(last)
+            reps = max(1, min(self.max_repetitions, self.max_varbinds // len(cols)))
+            req = [hl.ObjectType(hl.ObjectIdentity(dotted(last[c]))) for c in cols]
+            err_ind, err_stat, err_idx, vbs = await hl.bulk_cmd(
+                self.engine, self.auth, self.transport, self.context, 0, reps, *req, lookupMib=False)
+            where = dotted(cols[0]) if len(cols) == 1 else f"{dotted(cols[0])} (+{len(cols) - 1} columns)"
+            if err_ind:
+                raise SnmpFailure(f"GETBULK {where}: {self._describe(err_ind)}")
+            if int(err_stat):
+                bad = dotted(cols[int(err_idx) - 1]) if 0 < int(err_idx) <= len(cols) else where
+                raise SnmpFailure(f"GETBULK {bad}: agent answered error-status {err_stat.prettyPrint()}")
+            if not vbs:
+                raise SnmpFailure(f"GETBULK {where}: empty response")
+            for i, (name, value) in enumerate(vbs):
+                col = cols[i % len(cols)]
+                if col not in last:
+                    continue
+                o = tuple(name)
+                kind = type(value).__name__
+                if kind in ("EndOfMibView", "NoSuchObject", "NoSuchInstance") or o[: len(col)] != col:
+                    del last[col]
+                elif o <= last[col]:
+                    raise SnmpFailure(f"GETBULK {dotted(col)}: agent returned OID {dotted(o)} "
+                                      f"not after {dotted(last[col])} (broken walk order)")
+                else:
+                    last[col] = o
+                    out.append(_from_pysnmp(o, value))
+            rows += reps
+            if rows > _MAX_ROWS_PER_COLUMN:
+                raise SnmpFailure(f"GETBULK {where}: more than {_MAX_ROWS_PER_COLUMN} rows; walk abandoned")
+        return out
+
+    def _describe(self, err_ind: Any) -> str:
+        t = self.target
+        hint = _ERRIND_HINTS.get(type(err_ind).__name__, str(err_ind))
+        if type(err_ind).__name__ == "RequestTimedOut":
+            hint += f" within {t.timeout_s:g}s x {t.retries + 1} tries"
+            if _version(t) == "3":
+                # net-snmp drops what it cannot decrypt instead of sending a report
+                hint += "; with SNMPv3 a wrong privacy key looks the same (agents drop undecryptable requests)"
+        return hint
+
+
+async def _poll(target: Target, now_ms: int) -> Mapped:
+    import pysnmp.hlapi.v3arch.asyncio as hl  # heavy import, only when polling
+
+    groups = target.params.get("groups") or list(O.DEFAULT_GROUPS)
+    unknown = [g for g in groups if g not in O.WALK_GROUPS]
+    if unknown:
+        raise SnmpFailure(f"unknown walk group(s) {unknown}; known: {list(O.WALK_GROUPS)}")
+    auth = _auth_data(hl, target)
+    engine = hl.SnmpEngine()
+    try:
+        transport = await hl.UdpTransportTarget.create(
+            (target.address, target.port or 161), timeout=target.timeout_s, retries=target.retries)
+        session = _Session(hl, engine, auth, transport, hl.ContextData(), target,
+                           int(target.params.get("max_repetitions") or DEFAULT_MAX_REPETITIONS),
+                           int(target.params.get("max_varbinds") or DEFAULT_MAX_VARBINDS))
+        varbinds: list[Varbind] = []
+        for g in groups:
+            varbinds += await session.walk(O.WALK_GROUPS[g])
+    finally:
+        engine.close_dispatcher()
+    return samples_from_varbinds(varbinds, device=target.device, ts_ms=now_ms,
+                                 port_pattern=target.params.get("port_pattern"))
+
+
+async def collect_snmp_async(target: Target, *, now_ms: int) -> CollectResult:
+    """Poll one target. Every failure becomes CollectResult.error; nothing is raised."""
+    t0 = time.monotonic()
+    res = CollectResult(target=target.name)
+    where = f"snmp target {target.name} ({target.address}:{target.port or 161})"
+    deadline = float(target.params.get("deadline_s") or DEFAULT_DEADLINE_S)
+    try:
+        mapped = await asyncio.wait_for(_poll(target, now_ms), timeout=deadline)
+        res.samples, res.neighbors, res.warnings = mapped.samples, mapped.neighbors, mapped.warnings
+        if not mapped.samples:
+            res.warnings.append(f"{where}: the agent answered but no canonical metric was found")
+    except SnmpFailure as exc:
+        res.error = f"{where}: {exc}"
+    except TimeoutError:
+        res.error = f"{where}: poll did not finish within its {deadline:g}s deadline"
+    except Exception as exc:  # never let one target's surprise escape the collector
+        res.error = f"{where}: unexpected {type(exc).__name__}: {_scrub(str(exc), target)}"
+    res.duration_s = time.monotonic() - t0
+    return res
+
+
+def _scrub(msg: str, target: Target) -> str:
+    for secret in target.secrets.values():
+        if secret:
+            msg = msg.replace(secret, "***")
+    return msg[:300]
+
+
+async def collect_many_async(targets: Sequence[Target], *, now_ms: int, concurrency: int = 64) -> list[CollectResult]:
+    """Poll targets concurrently; a bad target only spoils its own result."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(t: Target) -> CollectResult:
+        async with gate:
+            return await collect_snmp_async(t, now_ms=now_ms)
+
+    return list(await asyncio.gather(*(one(t) for t in targets)))
+
+
+T = TypeVar("T")
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine from sync code, also when the caller already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: list[T] = []
+    thread = threading.Thread(target=lambda: box.append(asyncio.run(coro)))
+    thread.start()
+    thread.join()
+    return box[0]
+
+
+@register("snmp")
+def collect_snmp(target: Target, *, now_ms: int) -> CollectResult:
+    """Poll one SNMP target (v2c or v3 authPriv): IF-MIB, DOM optics and LLDP neighbours."""
+    return _run(collect_snmp_async(target, now_ms=now_ms))
+
+
+def collect_many(targets: Sequence[Target], *, now_ms: int, concurrency: int = 64) -> list[CollectResult]:
+    """Sync wrapper of collect_many_async."""
+    return _run(collect_many_async(targets, now_ms=now_ms, concurrency=concurrency))
