@@ -235,12 +235,18 @@ class GnmiTarget(gnmi_pb2_grpc.gNMIServicer):
 @contextmanager
 def serve_gnmi(provider: Provider, port: int = 0, *, username: str | None = None,
                password: str | None = None, max_workers: int = 16,
+               tls: tuple[bytes, bytes] | None = None,
                **target_kw: Any) -> Iterator[tuple[int, GnmiTarget]]:
-    """Run a plaintext gNMI target on 127.0.0.1; yields (port, handle) and stops it on exit."""
+    """Run a gNMI target on 127.0.0.1; yields (port, handle) and stops it on exit.
+
+    Plaintext unless `tls` gives (private key PEM, certificate chain PEM).
+    """
     target = GnmiTarget(provider, username=username, password=password, **target_kw)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers))
     gnmi_pb2_grpc.add_gNMIServicer_to_server(target, server)
-    bound = server.add_insecure_port(f"127.0.0.1:{port}")
+    addr = f"127.0.0.1:{port}"
+    bound = (server.add_secure_port(addr, grpc.ssl_server_credentials([tls])) if tls
+             else server.add_insecure_port(addr))
     if bound == 0:
         raise OSError(f"cannot bind gNMI target to 127.0.0.1:{port}")
     server.start()

@@ -273,3 +273,40 @@ def test_garbled_value_becomes_a_warning_not_an_exception() -> None:
     text = "\n".join(r.warnings)
     assert "'lots' is not a number" in text and "json_ietf_val is not valid JSON" in text
     assert "list" in text
+
+
+def _self_signed(tmp_path: Any) -> tuple[bytes, bytes, str]:
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sw1.test")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=1)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("sw1.test")]), critical=False)
+            .sign(key, hashes.SHA256()))
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    cert_pem = cert.public_bytes(serialization.Encoding.PEM)
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(cert_pem)
+    return key_pem, cert_pem, str(ca)
+
+
+def test_tls_with_ca_file_and_server_name(tmp_path: Any) -> None:
+    key_pem, cert_pem, ca = _self_signed(tmp_path)
+    with serve_gnmi(lambda: switch_data(), tls=(key_pem, cert_pem)) as (port, _):
+        ok = tgt(port, params={"tls": {"enabled": True, "ca_file": ca, "server_name": "sw1.test"}})
+        r = collect_gnmi(ok, now_ms=0)
+        assert r.ok and one(r.samples, "optic_rx_power_dbm", port="Ethernet1", lane=0) == -2.5
+        # plaintext against a TLS port fails cleanly, as does an unsupported skip_verify
+        plain = collect_gnmi(tgt(port, timeout_s=1.0), now_ms=0)
+        skip = collect_gnmi(tgt(port, params={"tls": {"skip_verify": True}}), now_ms=0)
+    assert not plain.ok and "gNMI Get" in plain.error
+    assert skip.error is not None and "skip_verify is not supported" in skip.error
