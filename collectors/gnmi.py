@@ -228,14 +228,24 @@ def _run_stream(target: Target, request: gnmi_pb2.SubscribeRequest,
             _wait_either(stop, done)  # keep our half open; returning would half-close the stream
 
         call = stub.Subscribe(requests(), metadata=_metadata(target))
+        # SAMPLE subscriptions speak every interval: silence well past that means a stalled
+        # target, which would otherwise hold the stream open forever without an error.
+        silence_s = target.timeout_s + 3 * _sample_interval_ns(target) / 1e9
+        last = [time.monotonic()]
+        stalled = threading.Event()
 
-        def cancel_on_stop() -> None:
-            _wait_either(stop, done)
+        def watchdog() -> None:
+            while not (stop.is_set() or done.is_set()):
+                if time.monotonic() - last[0] > silence_s:
+                    stalled.set()
+                    break
+                stop.wait(0.05)
             call.cancel()
 
-        threading.Thread(target=cancel_on_stop, daemon=True, name=f"gnmi-stop-{target.name}").start()
+        threading.Thread(target=watchdog, daemon=True, name=f"gnmi-watch-{target.name}").start()
         try:
             for resp in call:
+                last[0] = time.monotonic()
                 if resp.HasField("error"):
                     raise StreamDropped(f"target sent error {resp.error.code}: {resp.error.message}")
                 if not resp.HasField("update"):
@@ -250,6 +260,9 @@ def _run_stream(target: Target, request: gnmi_pb2.SubscribeRequest,
         except grpc.RpcError as e:
             if stop.is_set() and e.code() == grpc.StatusCode.CANCELLED:
                 return delivered
+            if stalled.is_set():
+                where = f"gNMI Subscribe to {target.address}:{target.port}"
+                raise StreamDropped(f"{where}: no data for {silence_s:.1f}s (target stalled)", delivered) from None
             raise StreamDropped(_explain(target, e, "Subscribe", target.timeout_s), delivered) from None
         finally:
             done.set()

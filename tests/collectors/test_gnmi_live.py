@@ -310,3 +310,15 @@ def test_tls_with_ca_file_and_server_name(tmp_path: Any) -> None:
         skip = collect_gnmi(tgt(port, params={"tls": {"skip_verify": True}}), now_ms=0)
     assert not plain.ok and "gNMI Get" in plain.error
     assert skip.error is not None and "skip_verify is not supported" in skip.error
+
+
+def test_stream_from_a_stalled_target_is_dropped_and_retried() -> None:
+    with serve_gnmi(lambda: switch_data()) as (port, hanging):
+        hanging.hang = True
+        stop = threading.Event()
+        _, errors, th = _collect_stream(tgt(port, timeout_s=0.2, params={"sample_interval_s": 0.05}), stop,
+                                        backoff_initial_s=0.05)
+        assert _wait(lambda: len(errors) >= 2, timeout=3.0), errors
+        stop.set()
+        th.join(3)
+    assert "no data for 0.3s (target stalled)" in errors[0]
