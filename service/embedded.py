@@ -123,15 +123,22 @@ def _home_dirs() -> set[Path]:
     return {h.resolve() for h in homes if h.is_absolute() and h.resolve() != Path("/")}
 
 
+def _home_containing(path: Path) -> Path | None:
+    for home in _home_dirs():
+        if path == home or home in path.parents:
+            return home
+    return None
+
+
 def check_data_dir(data_dir: Path) -> Path:
     """Return ``data_dir`` made absolute, or raise EmbeddedError if it lies inside a home directory."""
     resolved = data_dir.expanduser().resolve()
-    for home in _home_dirs():
-        if resolved == home or home in resolved.parents:
-            raise EmbeddedError(
-                f"embedded PostgreSQL data dir {resolved} is inside home directory {home}, which pgserver "
-                f"would make world-readable; choose a folder outside /root and /home"
-            )
+    home = _home_containing(resolved)
+    if home is not None:
+        raise EmbeddedError(
+            f"embedded PostgreSQL data dir {resolved} is inside home directory {home}, which pgserver "
+            f"would make world-readable; choose a folder outside /root and /home"
+        )
     return resolved
 
 
@@ -253,6 +260,14 @@ class EmbeddedPostgres:
         # stop() would return the stopped handle. cleanup_mode=None: stopping is ours, not pgserver's
         # per-pid reference count (which a killed process leaves stuck).
         server = PostgresServer(self.data_dir, cleanup_mode=None)
+        home = _home_containing(Path(server.bin_path).resolve())
+        if server.system_user is not None and home is not None:
+            # As root pgserver also opens the folders above its own binaries (the virtualenv).
+            log.warning(
+                "pgserver is installed inside %s and will make it world-readable; install the "
+                "virtualenv outside home directories",
+                home,
+            )
         self._bin = server.bin_path
         self._run_as = server.system_user
         try:
@@ -288,9 +303,7 @@ class EmbeddedPostgres:
 
         info = server.get_postmaster_info()
         socket_dir, port = str(info.socket_dir), int(info.port or 5432)
-        with psycopg.connect(
-            host=socket_dir, port=port, user=PG_SUPERUSER, dbname="postgres", autocommit=True
-        ) as conn:
+        with psycopg.connect(host=socket_dir, port=port, user=PG_SUPERUSER, dbname="postgres", autocommit=True) as conn:
             exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.database,)).fetchone()
             if not exists:
                 conn.execute(f'CREATE DATABASE "{self.database}"')
@@ -392,9 +405,7 @@ class ResolvedUrls:
     embedded: EmbeddedPostgres | None = None
 
 
-def resolve_urls(
-    database_url: str | None, redis_url: str | None, *, data_dir: Path | None = None
-) -> ResolvedUrls:
+def resolve_urls(database_url: str | None, redis_url: str | None, *, data_dir: Path | None = None) -> ResolvedUrls:
     """Configured URLs win; the embedded PostgreSQL is started only when no database URL is configured.
 
     Without Redis, the broker and result backend live in the database (configured or embedded).
