@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import pool
 
 from service.config import get_settings
 from service.db import get_engine, normalize_url
@@ -11,6 +10,15 @@ from service.models import Base
 
 config = context.config
 target_metadata = Base.metadata
+
+
+# Tables that kombu (broker on PostgreSQL) and Celery's result backend create for themselves,
+# and the daily sample partitions: not ours to autogenerate.
+_FOREIGN = ("kombu_", "celery_", "samples_p")
+
+
+def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
+    return not (type_ == "table" and reflected and name is not None and name.startswith(_FOREIGN))
 
 
 def _url() -> str:
@@ -23,16 +31,15 @@ def _url() -> str:
 def run_migrations_online() -> None:
     connection = config.attributes.get("connection")
     if connection is not None:
-        context.configure(connection=connection, target_metadata=target_metadata)
+        context.configure(connection=connection, target_metadata=target_metadata, include_object=include_object)
         with context.begin_transaction():
             context.run_migrations()
         return
     engine = get_engine(_url()).execution_options()
     with engine.connect() as conn:
-        context.configure(connection=conn, target_metadata=target_metadata)
+        context.configure(connection=conn, target_metadata=target_metadata, include_object=include_object)
         with context.begin_transaction():
             context.run_migrations()
-    _ = pool
 
 
 run_migrations_online()

@@ -2,7 +2,7 @@
 
 from service.db import Base
 from service.inventory.models import Device, Endpoint, Link, Optic, Pod, Port
-from service.telemetry.models import LinkEvent, Series, TargetStatus, samples
+from service.telemetry.models import CollectionSlot, LinkEvent, LldpNeighbor, Series, TargetStatus, samples
 
-__all__ = ["Base", "Device", "Endpoint", "Link", "LinkEvent", "Optic", "Pod", "Port", "Series",
+__all__ = ["Base", "CollectionSlot", "LldpNeighbor", "Device", "Endpoint", "Link", "LinkEvent", "Optic", "Pod", "Port", "Series",
            "TargetStatus", "samples"]

@@ -8,8 +8,11 @@ FABRICWATCH_TEST_REDIS_URL likewise names the broker for Celery tests.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -25,7 +28,7 @@ def _admin_url(url: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_url() -> Iterator[str]:
     """URL of a PostgreSQL server's maintenance database (real one, or embedded)."""
     configured = os.environ.get("FABRICWATCH_TEST_DATABASE_URL")
     if configured:
@@ -33,9 +36,13 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     from service.embedded import EmbeddedPostgres
 
-    data_dir = tmp_path_factory.mktemp("pg")
-    with EmbeddedPostgres(data_dir) as pg:
-        yield pg.url
+    # A private folder directly under /tmp: pgserver opens up every parent of its data dir.
+    data_dir = Path(tempfile.mkdtemp(prefix="fw-test-pg-", dir="/tmp"))
+    try:
+        with EmbeddedPostgres(data_dir) as pg:
+            yield pg.url
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -81,4 +88,6 @@ def db(engine: Engine) -> Iterator[Engine]:
 @pytest.fixture(scope="session")
 def broker_url(db_url: str) -> str:
     """The Celery broker: the configured Redis, else the embedded default (SQLAlchemy transport)."""
-    return os.environ.get("FABRICWATCH_TEST_REDIS_URL") or "sqla+" + normalize_url(db_url)
+    from service.embedded import broker_url_for
+
+    return os.environ.get("FABRICWATCH_TEST_REDIS_URL") or broker_url_for(db_url)

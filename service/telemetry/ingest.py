@@ -5,6 +5,9 @@ inside the caller's transaction, so a caller that fails half way (a malformed li
 connection) rolls back everything and writes nothing; data is acknowledged only after
 commit. Rows are staged with COPY and moved with INSERT .. ON CONFLICT DO NOTHING, which
 makes a retried batch (a Celery task run twice) store no duplicates.
+
+Each distinct series seen gets a small local slot number on first sight; rows carry the
+slot, and slots are resolved to series ids in bulk (one COPY of new series per batch).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -25,15 +28,30 @@ from service.telemetry.samples import Sample
 # (metric, device, port, lane, priority, gpu)
 SeriesKey = tuple[str, str, str | None, int | None, int | None, int | None]
 
-_STAGE_DDL = ("CREATE TEMP TABLE IF NOT EXISTS ingest_stage "
-              "(series_id int NOT NULL, ts_ms bigint NOT NULL, value float8 NOT NULL) ON COMMIT DELETE ROWS")
+_STAGE_DDL = """
+CREATE TEMP TABLE IF NOT EXISTS ingest_stage
+  (series_id int NOT NULL, ts_ms bigint NOT NULL, value float8 NOT NULL) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS series_stage
+  (metric text, device_id int, port_id int, lane smallint, priority smallint, gpu smallint,
+   counter_bits smallint, saturating bool) ON COMMIT DELETE ROWS
+"""
 _MOVE_SQL = ("INSERT INTO samples (series_id, ts, value) "
              "SELECT series_id, timestamptz 'epoch' + ts_ms * interval '1 millisecond', value "
              "FROM ingest_stage ON CONFLICT DO NOTHING")
-
-
-class IngestError(ValueError):
-    """A sample that cannot be stored for a reason the caller must fix (not an unknown entity)."""
+_NEW_SERIES_SQL = """
+INSERT INTO series (metric, device_id, port_id, lane, priority, gpu, counter_bits, saturating)
+SELECT DISTINCT ON (metric, device_id, port_id, lane, priority, gpu) * FROM series_stage
+ON CONFLICT ON CONSTRAINT series_identity DO NOTHING
+"""
+_STAGED_IDS_SQL = """
+SELECT s.id FROM series_stage st JOIN series s
+  ON s.metric = st.metric AND s.device_id = st.device_id
+ AND s.port_id IS NOT DISTINCT FROM st.port_id AND s.lane IS NOT DISTINCT FROM st.lane
+ AND s.priority IS NOT DISTINCT FROM st.priority AND s.gpu IS NOT DISTINCT FROM st.gpu
+ORDER BY st.ord
+"""
+_NULL = "\\N"
+_REJECTED = -1
 
 
 @dataclass
@@ -64,13 +82,15 @@ class IngestReport:
         }
 
 
-class _Rejected:
-    """Cache marker for a key that was rejected; counts where the rejection is reported."""
-
-    __slots__ = ("bucket", "label")
-
-    def __init__(self, bucket: Counter[str], label: str) -> None:
-        self.bucket, self.label = bucket, label
+@dataclass(slots=True)
+class _Slot:
+    key: SeriesKey
+    sid: int | None = None  # None until resolved; _REJECTED if rejected
+    rejection: tuple[Counter[str], str] | None = None
+    device_id: int | None = None
+    port_id: int | None = None
+    bits: int | None = None
+    saturating: bool = False
 
 
 class Ingestor:
@@ -80,53 +100,71 @@ class Ingestor:
         self.conn = conn
         self.batch_rows = batch_rows
         self.report = IngestReport()
-        self._series: dict[SeriesKey, int | _Rejected] = {}
+        self._slots: list[_Slot] = []
+        self._by_key: dict[SeriesKey, int] = {}
+        self._by_text: dict[str, int] = {}
         self._devices: dict[str, int] | None = None
         self._ports: dict[int, dict[str, int]] = {}
-        self._pending: dict[SeriesKey, tuple[int | None, int | None, bool]] = {}
-        self._rows: list[tuple[SeriesKey, int, float]] = []
-        conn.execute(text(_STAGE_DDL))
+        self._pending: list[int] = []
+        self._rows: list[tuple[int, int, float]] = []
+        for ddl in _STAGE_DDL.split(";"):
+            conn.execute(text(ddl))
 
     # -- adding -----------------------------------------------------------------------
     def add(self, s: Sample) -> None:
         key = (s.metric, s.device, s.port, s.lane, s.priority, s.gpu)
-        self._add(key, s.ts_ms, s.value, s.counter_bits, s.saturating)
+        slot = self._by_key.get(key)
+        if slot is None:
+            slot = self._new_slot(key)
+        if s.counter_bits is not None and self._slots[slot].sid is None:
+            self._slots[slot].bits, self._slots[slot].saturating = s.counter_bits, s.saturating
+        self._add(slot, s.ts_ms, s.value)
 
     def add_prom(self, line: PromLine, default_ts_ms: int) -> None:
         """Add one parsed exposition line; entity labels name the series, others are ignored."""
-        labels = dict(line.labels)
-        try:
-            key = (line.name, labels.get("device", ""), labels.get("port"), _int_label(labels, "lane"),
-                   _int_label(labels, "priority"), _int_label(labels, "gpu"))
-        except ValueError as exc:
-            self.report.received += 1
-            self.report.invalid[f"line {line.line}: {exc}"] += 1
-            return
-        self._add(key, line.ts_ms if line.ts_ms is not None else default_ts_ms, line.value, None, False)
-
-    def _add(self, key: SeriesKey, ts_ms: int, value: float, bits: int | None, saturating: bool) -> None:
-        self.report.received += 1
-        if math.isnan(value) or math.isinf(value):
-            self.report.skipped_nan += 1
-            return
-        sid = self._series.get(key)
-        if isinstance(sid, _Rejected):
-            sid.bucket[sid.label] += 1
-            return
-        if sid is None and key not in self._pending:
-            rejection = self._check(key)
-            if rejection is not None:
-                self._series[key] = rejection
-                rejection.bucket[rejection.label] += 1
+        slot = self._by_text.get(line.series) if line.series else None
+        if slot is None:
+            labels = dict(line.labels)
+            try:
+                key = (line.name, labels.get("device", ""), labels.get("port"), _int_label(labels, "lane"),
+                       _int_label(labels, "priority"), _int_label(labels, "gpu"))
+            except ValueError as exc:
+                self.report.received += 1
+                self.report.invalid[f"line {line.line}: {exc}"] += 1
                 return
-            self._pending[key] = (self._device_id(key[1]), None, False)
-        if sid is None:
-            dev, _, _ = self._pending[key]
-            if bits is not None:
-                self._pending[key] = (dev, bits, saturating)
-        self._rows.append((key, ts_ms, value))
+            slot = self._by_key.get(key)
+            if slot is None:
+                slot = self._new_slot(key)
+            if line.series:
+                self._by_text[line.series] = slot
+        self._add(slot, line.ts_ms if line.ts_ms is not None else default_ts_ms, line.value)
+
+    def _add(self, slot: int, ts_ms: int, value: float) -> None:
+        report = self.report
+        report.received += 1
+        if math.isnan(value) or math.isinf(value):
+            report.skipped_nan += 1
+            return
+        st = self._slots[slot]
+        if st.sid == _REJECTED:
+            bucket, label = st.rejection  # type: ignore[misc]
+            bucket[label] += 1
+            return
+        self._rows.append((slot, ts_ms, value))
         if len(self._rows) >= self.batch_rows:
             self.flush()
+
+    def _new_slot(self, key: SeriesKey) -> int:
+        slot = len(self._slots)
+        st = _Slot(key)
+        self._slots.append(st)
+        self._by_key[key] = slot
+        rejection = self._check(st)
+        if rejection is not None:
+            st.sid, st.rejection = _REJECTED, rejection
+        else:
+            self._pending.append(slot)
+        return slot
 
     # -- resolution -------------------------------------------------------------------
     def _device_id(self, name: str) -> int | None:
@@ -134,63 +172,56 @@ class Ingestor:
             self._devices = dict(self.conn.execute(text("SELECT name, id FROM devices")).all())
         return self._devices.get(name)
 
-    def _device_ports(self, device_id: int) -> dict[str, int]:
+    def _port_id(self, device_id: int, name: str) -> int | None:
         ports = self._ports.get(device_id)
         if ports is None:
             ports = dict(self.conn.execute(text("SELECT name, id FROM ports WHERE device_id = :d"),
                                            {"d": device_id}).all())
             self._ports[device_id] = ports
-        return ports
+        return ports.get(name)
 
-    def _port_id(self, device_id: int, name: str) -> int | None:
-        return self._device_ports(device_id).get(name)
-
-    def _check(self, key: SeriesKey) -> _Rejected | None:
-        metric, device, port, lane, priority, gpu = key
+    def _check(self, st: _Slot) -> tuple[Counter[str], str] | None:
+        metric, device, port, lane, priority, gpu = st.key
         mdef = catalogue.get(metric)
         r = self.report
         if mdef is None:
-            return _Rejected(r.unknown_metrics, metric)
+            return r.unknown_metrics, metric
         if not device:
-            return _Rejected(r.invalid, f"{metric}: missing label 'device'")
+            return r.invalid, f"{metric}: missing label 'device'"
         given = {"port": port, "lane": lane, "priority": priority, "gpu": gpu}
         for label in mdef.labels[1:]:
             if given[label] is None:
-                return _Rejected(r.invalid, f"{metric}: missing label {label!r}")
-        dev_id = self._device_id(device)
-        if dev_id is None:
-            return _Rejected(r.unknown_devices, device)
-        if port is not None and self._port_id(dev_id, port) is None:
-            return _Rejected(r.unknown_ports, f"{device}:{port}")
+                return r.invalid, f"{metric}: missing label {label!r}"
+        st.device_id = self._device_id(device)
+        if st.device_id is None:
+            return r.unknown_devices, device
+        if port is not None:
+            st.port_id = self._port_id(st.device_id, port)
+            if st.port_id is None:
+                return r.unknown_ports, f"{device}:{port}"
         return None
 
     def _resolve_pending(self) -> None:
+        """Create the batch's new series in bulk and learn all their ids, in slot order."""
         if not self._pending:
             return
-        rows = []
-        for key, (dev_id, bits, saturating) in self._pending.items():
-            metric, _, port, lane, priority, gpu = key
-            port_id = self._port_id(dev_id, port) if port is not None and dev_id is not None else None
-            rows.append({"metric": metric, "device_id": dev_id, "port_id": port_id, "lane": lane,
-                         "priority": priority, "gpu": gpu, "bits": bits, "sat": saturating})
-        self.conn.execute(text(
-            "INSERT INTO series (metric, device_id, port_id, lane, priority, gpu, counter_bits, saturating) "
-            "VALUES (:metric, :device_id, :port_id, :lane, :priority, :gpu, :bits, :sat) "
-            "ON CONFLICT ON CONSTRAINT series_identity DO NOTHING"), rows)
-        device_ids = sorted({r["device_id"] for r in rows})
-        id_to_name = {v: k for k, v in (self._devices or {}).items()}
-        port_names = {pid: name for d in device_ids for name, pid in self._device_ports(d).items()}
-        found = self.conn.execute(text(
-            "SELECT id, metric, device_id, port_id, lane, priority, gpu FROM series "
-            "WHERE device_id = ANY(:ids)"), {"ids": device_ids}).all()
-        for sid, metric, dev_id, port_id, lane, priority, gpu in found:
-            port = port_names.get(port_id) if port_id is not None else None
-            if port_id is not None and port is None:
-                continue  # a port added after this ingest began; not in this batch
-            self._series[(metric, id_to_name[dev_id], port, lane, priority, gpu)] = sid
-        missing = [k for k in self._pending if k not in self._series]
-        if missing:
-            raise RuntimeError(f"series were not created for {len(missing)} keys, e.g. {missing[0]}")
+        raw = self.conn.connection.driver_connection
+        with raw.cursor() as cur:
+            cur.execute("ALTER TABLE series_stage ADD COLUMN IF NOT EXISTS ord int")
+            with cur.copy("COPY series_stage (metric, device_id, port_id, lane, priority, gpu, counter_bits, "
+                          "saturating, ord) FROM STDIN") as copy:
+                for i, slot in enumerate(self._pending):
+                    st = self._slots[slot]
+                    copy.write_row((st.key[0], st.device_id, st.port_id, st.key[3], st.key[4], st.key[5],
+                                    st.bits, st.saturating, i))
+            cur.execute(_NEW_SERIES_SQL.replace("*", "metric, device_id, port_id, lane, priority, gpu, "
+                                                     "counter_bits, saturating"))
+            ids = [r[0] for r in cur.execute(_STAGED_IDS_SQL).fetchall()]
+            cur.execute("TRUNCATE series_stage")
+        if len(ids) != len(self._pending):
+            raise RuntimeError(f"resolved {len(ids)} series ids for {len(self._pending)} new series")
+        for slot, sid in zip(self._pending, ids, strict=True):
+            self._slots[slot].sid = sid
         self._pending.clear()
 
     # -- writing ----------------------------------------------------------------------
@@ -198,25 +229,18 @@ class Ingestor:
         if not self._rows:
             return
         self._resolve_pending()
-        lo = min(r[1] for r in self._rows)
-        hi = max(r[1] for r in self._rows)
-        ensure_partitions(self.conn, _day(lo), _day(hi))
-        series = self._series
+        rows = self._rows
+        ensure_partitions(self.conn, _day(min(r[1] for r in rows)), _day(max(r[1] for r in rows)))
+        slots = self._slots
         raw = self.conn.connection.driver_connection
         with raw.cursor() as cur, cur.copy("COPY ingest_stage (series_id, ts_ms, value) FROM STDIN") as copy:
-            buf: list[str] = []
-            for key, ts_ms, value in self._rows:
-                buf.append(f"{series[key]}\t{ts_ms}\t{value!r}\n")
-                if len(buf) >= 10_000:
-                    copy.write("".join(buf))
-                    buf.clear()
-            if buf:
-                copy.write("".join(buf))
+            for start in range(0, len(rows), 10_000):
+                copy.write("".join([f"{slots[s].sid}\t{t}\t{v!r}\n" for s, t, v in rows[start:start + 10_000]]))
         written = self.conn.execute(text(_MOVE_SQL)).rowcount
         self.conn.execute(text("TRUNCATE ingest_stage"))
         self.report.written += written
-        self.report.duplicates += len(self._rows) - written
-        self._rows.clear()
+        self.report.duplicates += len(rows) - written
+        self._rows = []
 
     def finish(self) -> IngestReport:
         self.flush()
@@ -233,5 +257,5 @@ def _int_label(labels: dict[str, str], name: str) -> int | None:
         raise ValueError(f"label {name}={v!r} is not an integer") from None
 
 
-def _day(ts_ms: int) -> Any:
+def _day(ts_ms: int) -> date:
     return datetime.fromtimestamp(ts_ms / 1000, tz=UTC).date()

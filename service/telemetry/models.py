@@ -84,3 +84,23 @@ class TargetStatus(Base):
     duration_s: Mapped[float | None] = mapped_column(Float)
     samples: Mapped[int] = mapped_column(Integer, default=0)
     consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class CollectionSlot(Base):
+    """The last poll slot dispatched per target and metric group; makes dispatch at-most-once per slot."""
+
+    __tablename__ = "collection_slots"
+    endpoint_id: Mapped[int] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"), primary_key=True)
+    grp: Mapped[str] = mapped_column(String(16), primary_key=True)
+    last_slot: Mapped[int] = mapped_column(BigInteger)
+
+
+class LldpNeighbor(Base):
+    """What a device's LLDP says is on the far side of each port, as last collected."""
+
+    __tablename__ = "lldp_neighbors"
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"), primary_key=True)
+    local_port: Mapped[str] = mapped_column(String(128), primary_key=True)
+    remote_device: Mapped[str] = mapped_column(String(256))
+    remote_port: Mapped[str] = mapped_column(String(256))
+    seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -40,6 +40,7 @@ class PromLine:
     labels: tuple[tuple[str, str], ...]
     value: float
     ts_ms: int | None
+    series: str = ""  # the raw `name{labels}` text; equal text means the same series
 
 
 def _unescape(v: str) -> str:
@@ -129,7 +130,7 @@ def parse_lines(lines: Iterable[str], source: str = "body") -> Iterator[PromLine
             except ValueError:
                 raise PromParseError(lineno, f"timestamp {parts[1]!r} is not integer milliseconds",
                                      source) from None
-        yield PromLine(lineno, parsed[0], parsed[1], value, ts_ms)
+        yield PromLine(lineno, parsed[0], parsed[1], value, ts_ms, series)
 
 
 def parse_text(text: str, source: str = "body") -> list[PromLine]:

@@ -1,0 +1,14 @@
+# One image for the API, the Celery worker and beat (docker-compose.yml picks the command).
+FROM python:3.11-slim
+RUN apt-get update && apt-get install -y --no-install-recommends ethtool snmp && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+COPY pyproject.toml README.md alembic.ini ./
+COPY service service
+COPY collectors collectors
+COPY simulator simulator
+COPY migrations migrations
+RUN pip install --no-cache-dir .
+RUN useradd --system --uid 10001 fabricwatch
+USER fabricwatch
+EXPOSE 8080
+CMD ["fabricwatch", "serve", "--host", "0.0.0.0"]

@@ -1,0 +1,179 @@
+"""The `fabricwatch` command line (Typer)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+from service.config import Settings, SettingsError, load_settings
+
+app = typer.Typer(help="fabricwatch: fabric telemetry and anomaly detection for GPU clusters.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+db_app = typer.Typer(help="Database schema migrations.", no_args_is_help=True)
+metrics_app = typer.Typer(help="The canonical metric catalogue.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(metrics_app, name="metrics")
+
+console = Console(stderr=True)
+
+
+def settings_or_exit(**overrides: object) -> Settings:
+    """Settings, or one clear line and exit code 2."""
+    try:
+        return load_settings(**overrides)
+    except SettingsError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+
+def database_url_or_exit(settings: Settings) -> str:
+    if not settings.database_url:
+        console.print("[red]error:[/red] FABRICWATCH_DATABASE_URL is not set (only `serve` and `demo` "
+                      "start the embedded database)")
+        raise typer.Exit(2)
+    return settings.database_url
+
+
+@contextlib.contextmanager
+def resolved_settings(settings: Settings) -> Iterator[Settings]:
+    """Settings with database/broker URLs filled in, starting the embedded PostgreSQL if none is set."""
+    from service.embedded import EmbeddedError, resolve_urls
+
+    try:
+        urls = resolve_urls(settings.database_url, settings.redis_url,
+                            data_dir=Path(settings.data_dir) if settings.data_dir else None)
+    except EmbeddedError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    try:
+        if urls.embedded is not None:
+            console.print(f"embedded PostgreSQL running in {urls.embedded.data_dir}")
+        yield settings.model_copy(update={"database_url": urls.database_url})
+    finally:
+        if urls.embedded is not None:
+            urls.embedded.stop()
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Listen address (default from settings).")] = None,
+    port: Annotated[int | None, typer.Option(help="Listen port (default from settings).")] = None,
+) -> None:
+    """Run the API (and, on the embedded default, the database) until Ctrl-C."""
+    import uvicorn
+
+    from service.api.app import create_app
+    from service.migrate import upgrade
+
+    base = settings_or_exit()
+    with resolved_settings(base) as settings:
+        upgrade(settings.database_url or "")
+        api = create_app(settings)
+        h, p = host or settings.api_host, port or settings.api_port
+        console.print(f"fabricwatch API on http://{h}:{p}  (OpenAPI at /docs)")
+        uvicorn.run(api, host=h, port=p, log_level=settings.log_level.lower())
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: str = "head") -> None:
+    """Bring the configured database to the latest schema."""
+    from service.migrate import current, upgrade
+
+    url = database_url_or_exit(settings_or_exit())
+    upgrade(url, revision)
+    console.print(f"database at revision {current(url)}")
+
+
+@db_app.command("downgrade")
+def db_downgrade(revision: Annotated[str, typer.Argument(help="Target revision, e.g. base or -1.")]) -> None:
+    """Step the configured database's schema back."""
+    from service.migrate import current, downgrade
+
+    url = database_url_or_exit(settings_or_exit())
+    downgrade(url, revision)
+    console.print(f"database at revision {current(url)}")
+
+
+@db_app.command("current")
+def db_current() -> None:
+    """Print the schema revision of the configured database."""
+    from service.migrate import current
+
+    print(current(database_url_or_exit(settings_or_exit())) or "empty")
+
+
+@app.command("import")
+def import_file(
+    path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
+) -> None:
+    """Import a Prometheus text file (timestamps in ms), streamed, in one transaction."""
+    import json
+
+    from service.db import get_engine
+    from service.telemetry.promtext import PromParseError
+    from service.telemetry.service import import_prometheus
+
+    settings = settings_or_exit()
+    engine = get_engine(database_url_or_exit(settings))
+    size = path.stat().st_size
+    with Progress(TextColumn("importing"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                  console=console, transient=True) as progress, path.open("rb") as raw:
+        task = progress.add_task("import", total=size)
+
+        def lines() -> Iterator[str]:
+            for i, line in enumerate(raw):
+                if i % 10_000 == 0:
+                    progress.update(task, completed=raw.tell())
+                yield line.decode("utf-8", errors="strict")
+
+        try:
+            report = import_prometheus(engine=engine, lines=lines(), source=str(path),
+                                       batch_rows=settings.ingest_batch_rows)
+        except PromParseError as exc:
+            console.print(f"[red]error:[/red] {exc}; nothing was written")
+            raise typer.Exit(1) from None
+        except UnicodeDecodeError as exc:
+            console.print(f"[red]error:[/red] {path}: not UTF-8 ({exc.reason}); nothing was written")
+            raise typer.Exit(1) from None
+    print(json.dumps(report.to_dict(), indent=2))
+    if report.rejected:
+        console.print(f"[yellow]{report.rejected} samples were not stored; see the report above[/yellow]")
+
+
+@metrics_app.command("doc")
+def metrics_doc(out: Annotated[Path | None, typer.Option(help="Write here instead of stdout.")] = None) -> None:
+    """Render the metric catalogue as Markdown (docs/metrics.md is made this way)."""
+    from service.telemetry.catalogue_doc import render
+
+    text = render()
+    if out:
+        out.write_text(text)
+        console.print(f"wrote {out}")
+    else:
+        sys.stdout.write(text)
+
+
+def _mount_subapps() -> None:
+    with contextlib.suppress(ImportError):  # TEMP until the inventory CLI lands
+        from service.inventory.cli import app as inventory_app
+
+        app.add_typer(inventory_app, name="inventory", help="Load, validate and export the inventory.")
+    with contextlib.suppress(ImportError):  # the simulator is optional in slim deployments
+        from simulator.cli import app as sim_app
+
+        app.add_typer(sim_app, name="sim", help="Simulated fabrics, telemetry and faults.")
+
+
+_mount_subapps()
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    app()
