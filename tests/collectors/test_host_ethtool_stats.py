@@ -1,0 +1,153 @@
+"""ethtool -S text parser: every real capture parsed with spot-checked values; garbage -> ParseError."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collectors.base import ParseError
+from collectors.host.ethtool_stats import parse_ethtool_stats
+from service.telemetry import catalogue
+from tests.paths import FIXTURES
+
+DIR = FIXTURES / "ethtool_stats"
+DATA = Path(__file__).resolve().parents[1] / "data" / "host"
+
+
+def parse(path: Path) -> dict[tuple[str, int | None, int | None], float]:
+    samples = parse_ethtool_stats(path.read_text(), device="h1", port="p1", ts_ms=1000, source=path.name)
+    assert all(catalogue.get(s.metric) is not None for s in samples)
+    assert all((s.device, s.port, s.ts_ms) == ("h1", "p1", 1000) for s in samples)
+    out = {(s.metric, s.priority, s.lane): s.value for s in samples}
+    assert len(out) == len(samples), "one sample per series"
+    return out
+
+
+# file -> spot checks {(metric, priority, lane): value}, values read from the capture by hand
+EXPECTED = {
+    "cn_notes_mlx5_100G_fec_lane_errors_ethtool_S_COMMENTS_STRIPPED.txt": {
+        ("port_fec_lane_errors_total", None, 0): 28116,
+        ("port_fec_lane_errors_total", None, 3): 17722623,
+        ("port_fec_corrected_bits_total", None, None): 17750739,
+        ("port_symbol_errors_total", None, None): 386,  # rx_pcs_symbol_err_phy
+        ("port_rx_fcs_errors_total", None, None): 386,  # rx_crc_errors_phy
+        ("port_rx_bytes_total", None, None): 2027206797,  # rx_bytes_phy, not rx_bytes 74420
+        ("port_tx_packets_total", None, None): 7222595,  # tx_packets_phy
+        ("port_tx_pause_frames_total", None, None): 2,  # tx_pause_ctrl_phy
+        ("port_link_down_events_total", None, None): 0,
+        ("port_pause_storm_error_events_total", None, None): 0,
+    },
+    "lore_bpf_20240619_mlx5_kernel5.15_xdp_nonzero_ethtool_S.txt": {
+        ("port_rx_discards_total", None, None): 58591428329,  # rx_discards_phy
+        ("port_rx_bytes_total", None, None): 6211329423080,
+        ("port_tx_pause_frames_total", None, None): 5745042,  # tx_global_pause beats tx_pause_ctrl_phy
+    },
+    "mlxsw_spectrum_swp31_per_prio_pause_ethtool_S.txt": {
+        ("port_rx_bytes_total", None, None): 319786790393748,  # a_octets_received_ok
+        ("port_tx_packets_total", None, None): 57271205843,
+        ("port_pfc_rx_pause_frames_total", 4, None): 0,
+        ("port_pfc_tx_pause_seconds_total", 7, None): 0,
+        ("port_queue_drops_total", 15, None): 0,
+    },
+    "cumulus_docs_cl37_switch_swp1_ethtool_S.txt": {
+        ("port_rx_bytes_total", None, None): 1435339,
+        ("port_rx_packets_total", None, None): 11795 + 3 + 4578,  # ucast+bcast+mcast
+        ("port_tx_packets_total", None, None): 11791 + 136493 + 0,
+    },
+    "showmax_bnxt_en_fw220_rhel8_sfp10g_ethtool_S.txt": {
+        ("port_link_down_events_total", None, None): 4,
+        ("port_rx_phy_bits_total", None, None): 1722813173120,
+        ("port_rx_bytes_total", None, None): 215351646640,  # port stats, not the [N]: queue lines
+        ("port_rx_packets_total", None, None): 1570244352,  # rx_total_frames
+        ("port_pfc_rx_pause_frames_total", 3, None): 0,
+        ("port_pfc_tx_pause_seconds_total", 3, None): 0,
+    },
+    "showmax_i40e_fw8.60_rhel8_sfp10gsr_ethtool_S.txt": {
+        # software 64-bit totals; port.tx_bytes (161388396404331) is a wrapped 48-bit counter
+        ("port_tx_bytes_total", None, None): 721274579342884,
+        ("port_rx_packets_total", None, None): 258269468302,
+        ("port_pfc_rx_pause_frames_total", 3, None): 0,  # port.rx_priority_3_xoff_rx
+    },
+}
+
+
+def test_every_capture_is_covered() -> None:
+    assert sorted(p.name for p in DIR.iterdir()) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_real_capture(name: str) -> None:
+    got = parse(DIR / name)
+    for key, value in EXPECTED[name].items():
+        assert got[key] == value, key
+
+
+def test_mlx5_per_priority_pause_and_durations_in_seconds() -> None:
+    got = parse(DATA / "mlx5_100G_with_prio3_pause_ethtool_S.txt")
+    assert got[("port_pfc_rx_pause_frames_total", 3, None)] == 123456
+    assert got[("port_pfc_rx_pause_seconds_total", 3, None)] == pytest.approx(2.5)  # 2500000 us
+    assert got[("port_pfc_tx_pause_frames_total", 3, None)] == 4321
+    assert got[("port_pfc_tx_pause_seconds_total", 3, None)] == pytest.approx(0.015)
+    assert got[("port_pfc_rx_pause_frames_total", 0, None)] == 0
+    assert got[("port_tx_pause_frames_total", None, None)] == 0  # tx_global_pause beats tx_pause_ctrl_phy=2
+
+
+def test_bnxt_fec_blocks() -> None:
+    text = "NIC statistics:\n     rx_fec_corrected_blocks: 99\n     rx_fec_uncorrectable_blocks: 1\n"
+    got = parse_ethtool_stats(text, device="h", port="p", ts_ms=1, source="s")
+    assert {(s.metric, s.value) for s in got} == {
+        ("port_fec_corrected_codewords_total", 99), ("port_fec_uncorrectable_codewords_total", 1)}
+
+
+def test_unknown_counters_are_ignored() -> None:
+    text = "NIC statistics:\n     some_vendor_thing: 5\n     rx_bytes_phy: 10\n"
+    got = parse_ethtool_stats(text, device="h", port="p", ts_ms=1, source="s")
+    assert [(s.metric, s.value) for s in got] == [("port_rx_bytes_total", 10)]
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "reason"),
+    [
+        ("     rx_bytes: 1\n", 1, "header"),
+        ("", None, "no 'NIC statistics:' header"),
+        ("NIC statistics:\n     rx_bytes: 1\n     tx_bytes: lots\n", 3, "non-integer"),
+        ("NIC statistics:\n     rx_bytes: 1\n     tx_byt", 3, "not a 'name: value'"),
+        ("NIC statistics:\n     rx_bytes: -1\n", 2, "non-integer"),
+    ],
+)
+def test_garbled_output_names_source_and_line(text: str, line: int | None, reason: str) -> None:
+    with pytest.raises(ParseError) as exc:
+        parse_ethtool_stats(text, device="h", port="p", ts_ms=1, source="ethtool -S eth9")
+    assert exc.value.source == "ethtool -S eth9"
+    assert exc.value.line == line
+    assert reason in exc.value.reason
+
+
+def test_truncated_real_capture() -> None:
+    text = (DIR / "showmax_i40e_fw8.60_rhel8_sfp10gsr_ethtool_S.txt").read_text()
+    cut = text[: text.index("port.rx_crc_errors") + len("port.rx_crc")]
+    with pytest.raises(ParseError) as exc:
+        parse_ethtool_stats(cut, device="h", port="p", ts_ms=1, source="cut")
+    assert exc.value.line == cut.count("\n") + 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=400))
+def test_arbitrary_text_only_raises_parse_error(text: str) -> None:
+    for candidate in (text, "NIC statistics:\n" + text):
+        try:
+            parse_ethtool_stats(candidate, device="h", port="p", ts_ms=1, source="fuzz")
+        except ParseError:
+            pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.from_regex(r"[a-z_]{1,20}", fullmatch=True),
+                          st.integers(min_value=0, max_value=2**64 - 1)), max_size=30))
+def test_well_formed_lines_never_fail(pairs: list[tuple[str, int]]) -> None:
+    text = "NIC statistics:\n" + "".join(f"     {n}: {v}\n" for n, v in pairs)
+    for s in parse_ethtool_stats(text, device="h", port="p", ts_ms=1, source="fuzz"):
+        assert catalogue.get(s.metric) is not None
