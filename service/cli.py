@@ -82,6 +82,75 @@ def serve(
         uvicorn.run(api, host=h, port=p, log_level=settings.log_level.lower())
 
 
+def _celery_for(settings: Settings):  # type: ignore[no-untyped-def]
+    """The Celery app configured for these settings; child processes inherit the database URL."""
+    os.environ["FABRICWATCH_DATABASE_URL"] = settings.database_url or ""
+    from service.config import get_settings
+    from service.worker import celery_app, configure
+
+    get_settings.cache_clear()
+    return configure(celery_app, settings)
+
+
+@app.command()
+def worker(
+    queues: Annotated[str, typer.Option("--queues", "-Q", help="Comma-separated queues to consume.")] = "fabricwatch",
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c")] = 8,
+    beat: Annotated[bool, typer.Option("--beat", "-B", help="Also run the scheduler in this process.")] = False,
+) -> None:
+    """Run a Celery worker (collections and maintenance); threads, since collection waits on I/O."""
+    from service.migrate import upgrade
+
+    with resolved_settings(settings_or_exit()) as settings:
+        upgrade(settings.database_url or "")
+        celery = _celery_for(settings)
+        argv = ["worker", "-Q", queues, "--pool", "threads", "-c", str(concurrency),
+                "--loglevel", settings.log_level, "--without-gossip", "--without-mingle"]
+        if beat:
+            argv += ["--beat", "--schedule", _beat_schedule_file()]
+        celery.worker_main(argv)
+
+
+@app.command()
+def beat() -> None:
+    """Run the Celery beat scheduler (one per deployment)."""
+    with resolved_settings(settings_or_exit()) as settings:
+        celery = _celery_for(settings)
+        celery.start(["beat", "--schedule", _beat_schedule_file(), "--loglevel", settings.log_level])
+
+
+def _beat_schedule_file() -> str:
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"fabricwatch-beat-{os.getuid()}")
+
+
+@app.command()
+def collect(target: Annotated[str, typer.Argument(help="device/protocol, e.g. leaf-01/snmp")]) -> None:
+    """Collect one target now, store the samples, and print the outcome."""
+    import json
+
+    from sqlalchemy import text
+
+    from collectors.tasks import run_collection
+    from service.db import get_engine
+    from service.telemetry.targets import GROUPS
+
+    settings = settings_or_exit()
+    device, _, protocol = target.partition("/")
+    with get_engine(database_url_or_exit(settings)).connect() as conn:
+        endpoint_id = conn.execute(text(
+            "SELECT e.id FROM endpoints e JOIN devices d ON d.id = e.device_id WHERE d.name = :d AND e.protocol = :p"),
+            {"d": device, "p": protocol}).scalar()
+    if endpoint_id is None:
+        console.print(f"[red]error:[/red] no target {target!r} in the inventory")
+        raise typer.Exit(2)
+    outcome = run_collection(endpoint_id, list(GROUPS), settings=settings)
+    print(json.dumps(outcome, indent=2, default=str))
+    if not outcome.get("ok"):
+        raise typer.Exit(1)
+
+
 @db_app.command("upgrade")
 def db_upgrade(revision: str = "head") -> None:
     """Bring the configured database to the latest schema."""

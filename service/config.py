@@ -42,7 +42,7 @@ class Settings(BaseSettings):
     counters_interval_s: float = Field(default=10.0, gt=0)
     optics_interval_s: float = Field(default=60.0, gt=0)
     state_interval_s: float = Field(default=30.0, gt=0)
-    poll_jitter_fraction: float = Field(default=0.1, ge=0, le=0.5)
+    dispatch_interval_s: float = Field(default=1.0, gt=0, le=60)
 
     @classmethod
     def settings_customise_sources(

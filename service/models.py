@@ -4,5 +4,5 @@ from service.db import Base
 from service.inventory.models import Device, Endpoint, Link, Optic, Pod, Port
 from service.telemetry.models import CollectionSlot, LinkEvent, LldpNeighbor, Series, TargetStatus, samples
 
-__all__ = ["Base", "CollectionSlot", "LldpNeighbor", "Device", "Endpoint", "Link", "LinkEvent", "Optic", "Pod", "Port", "Series",
-           "TargetStatus", "samples"]
+__all__ = ["Base", "CollectionSlot", "Device", "Endpoint", "Link", "LinkEvent", "LldpNeighbor", "Optic", "Pod",
+           "Port", "Series", "TargetStatus", "samples"]

@@ -104,3 +104,23 @@ def get_series(
             for r in results
         ],
     }
+
+
+@router.get("/targets", summary="Collection targets and their last status")
+def get_targets(engine: EngineDep, device: str | None = None, protocol: str | None = None) -> dict[str, Any]:
+    from service.telemetry.targets import list_targets
+
+    with engine.connect() as conn:
+        items = list_targets(conn, device=device, protocol=protocol)
+    counts: dict[str, int] = {}
+    for t in items:
+        counts[t["state"]] = counts.get(t["state"], 0) + 1
+    return {"targets": items, "summary": counts}
+
+
+@router.get("/linkcheck", summary="LLDP neighbours compared with the inventory's links")
+def get_linkcheck(engine: EngineDep) -> dict[str, Any]:
+    from service.telemetry.targets import link_check
+
+    with engine.connect() as conn:
+        return link_check(conn)
