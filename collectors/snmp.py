@@ -399,6 +399,25 @@ class _Session:
         return hint
 
 
+class _NoMibCompiler:
+    """Stands in for pysmi: pysnmp would otherwise attach a compiler that fetches MIBs
+    from the network on a lookup miss. We use numeric OIDs only, so any miss is a bug."""
+
+    def compile(self, *names: str, **_: Any) -> dict[str, str]:
+        return {n: "missing" for n in names}
+
+
+def _engine(hl: Any) -> Any:
+    from pysnmp.smi import mibs, view
+
+    engine = hl.SnmpEngine()
+    builder = engine.get_mib_builder()
+    builder.set_mib_compiler(_NoMibCompiler(), mibs.__path__[0])
+    # hlapi keeps its MIB view in engine.cache; seed it with the compiler-less builder
+    engine.cache["mibViewController"] = view.MibViewController(builder)
+    return engine
+
+
 async def _poll(target: Target, now_ms: int) -> Mapped:
     import pysnmp.hlapi.v3arch.asyncio as hl  # heavy import, only when polling
 
@@ -407,7 +426,7 @@ async def _poll(target: Target, now_ms: int) -> Mapped:
     if unknown:
         raise SnmpFailure(f"unknown walk group(s) {unknown}; known: {list(O.WALK_GROUPS)}")
     auth = _auth_data(hl, target)
-    engine = hl.SnmpEngine()
+    engine = _engine(hl)
     try:
         transport = await hl.UdpTransportTarget.create(
             (target.address, target.port or 161), timeout=target.timeout_s, retries=target.retries)

@@ -1,0 +1,150 @@
+"""The SNMP collector against real peers on 127.0.0.1: snmpsim (v2c), net-snmp snmpd (v3)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from collectors.base import Target, get_collector
+from collectors.snmp import collect_many, collect_snmp, parse_snmprec
+from tests.snmp_peers import DATA, Peer, silent_udp_socket, start_snmpd, start_snmpsim
+
+RECORDINGS = {
+    "arista": DATA / "arista_eos_4.20_dcs-7150s-24.snmprec",
+    "cisco": DATA / "cisco_nxos_10.5_n9k-c93180yc-fx3.snmprec",
+    "junos": DATA / "junos_evo_22.2_qfx5130-32cd.snmprec",
+}
+V3 = {"user": "fwuser", "auth_key": "fw-auth-key-1", "priv_key": "fw-priv-key-1"}
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Peer]:
+    peer = start_snmpsim(RECORDINGS)
+    yield peer
+    peer.close()
+
+
+@pytest.fixture(scope="module")
+def snmpd() -> Iterator[Peer]:
+    peer = start_snmpd(user=V3["user"], auth_key=V3["auth_key"], priv_key=V3["priv_key"])
+    yield peer
+    peer.close()
+
+
+@pytest.fixture()
+def silent() -> Iterator[int]:
+    sock, port = silent_udp_socket()
+    yield port
+    sock.close()
+
+
+def v2c(name: str, port: int, **kw: object) -> Target:
+    return Target(name=name, device=name, protocol="snmp", port=port, secrets={"community": name},
+                  timeout_s=2.0, retries=1, **kw)  # type: ignore[arg-type]
+
+
+def v3(port: int, auth_key: str, priv_key: str) -> Target:
+    return Target(name="v3dut", device="v3dut", protocol="snmp", port=port, timeout_s=1.0, retries=0,
+                  params={"version": "3", "user": V3["user"], "auth_protocol": "sha256",
+                          "priv_protocol": "aes", "port_pattern": "."},
+                  secrets={"auth_key": auth_key, "priv_key": priv_key})
+
+
+def test_v2c_poll_equals_recording(sim: Peer) -> None:
+    assert get_collector("snmp") is collect_snmp
+    for community, path in RECORDINGS.items():
+        # small max_repetitions forces many GETBULK rounds and partial last rows
+        res = collect_snmp(v2c(community, sim.port, params={"max_repetitions": 7}), now_ms=1_700_000_000_000)
+        assert res.ok, res.error
+        want, neighbors = parse_snmprec(Path(path).read_text(), device=community, ts_ms=1_700_000_000_000)
+        assert sorted(map(repr, res.samples)) == sorted(map(repr, want))
+        assert res.neighbors == neighbors
+    res = collect_snmp(v2c("arista", sim.port), now_ms=1)
+    by = {(s.metric, s.port, s.lane): s for s in res.samples}
+    # values as they stand in the recording (see test_snmp_mapping for the OIDs)
+    assert by[("port_rx_bytes_total", "Ethernet1", None)].value == 6576944
+    assert by[("port_rx_bytes_total", "Ethernet1", None)].counter_bits == 64
+    assert by[("optic_tx_bias_amperes", "Ethernet21", 0)].value == pytest.approx(0.01656)
+    assert by[("optic_tx_power_dbm", "Ethernet21", 0)].value == pytest.approx(-6.556077, abs=1e-6)
+    assert ("Ethernet23", "switchname3", "Ethernet23") in [tuple(vars_) for vars_ in
+                                                          ((n.local_port, n.remote_device, n.remote_port)
+                                                           for n in res.neighbors)]
+
+
+def test_wrong_community_times_out_clearly(sim: Peer) -> None:
+    t = Target(name="nocomm", device="x", protocol="snmp", port=sim.port, secrets={"community": "nope"},
+               timeout_s=0.3, retries=0)
+    res = collect_snmp(t, now_ms=1)
+    assert not res.ok and "nocomm" in res.error and "timeout" in res.error and "nope" not in res.error
+
+
+def _eth_interfaces() -> dict[str, float]:
+    """Ethernet interfaces of this host as snmpd will report them (ARPHRD_ETHER = 1)."""
+    out = {}
+    for d in Path("/sys/class/net").iterdir():
+        try:
+            if (d / "type").read_text().strip() == "1":
+                out[d.name] = 1.0 if (d / "operstate").read_text().strip() == "up" else 0.0
+        except OSError:
+            continue
+    return out
+
+
+def test_v3_authpriv_against_snmpd(snmpd: Peer) -> None:
+    res = collect_snmp(v3(snmpd.port, V3["auth_key"], V3["priv_key"]), now_ms=1)
+    assert res.ok, res.error
+    oper = {s.port: s.value for s in res.samples if s.metric == "port_oper_up"}
+    assert oper == _eth_interfaces()
+    assert "lo" not in oper  # softwareLoopback is not a port
+
+
+def test_v3_wrong_auth_key_reports_usm_failure(snmpd: Peer) -> None:
+    t0 = time.monotonic()
+    res = collect_snmp(v3(snmpd.port, "not-the-auth-key", V3["priv_key"]), now_ms=1)
+    assert not res.ok
+    assert "usmStatsWrongDigests" in res.error and "v3dut" in res.error
+    assert "not-the-auth-key" not in res.error and V3["priv_key"] not in res.error
+    assert time.monotonic() - t0 < 3
+
+
+def test_v3_wrong_priv_key_is_a_clear_error(snmpd: Peer) -> None:
+    res = collect_snmp(v3(snmpd.port, V3["auth_key"], "not-the-priv-key"), now_ms=1)
+    # net-snmp drops what it cannot decrypt, so this surfaces as a timeout with a hint
+    assert not res.ok and "privacy key" in res.error and "not-the-priv-key" not in res.error
+
+
+def test_hung_agent_times_out_within_budget(silent: int) -> None:
+    t = Target(name="hung", device="hung", protocol="snmp", port=silent, secrets={"community": "public"},
+               timeout_s=0.4, retries=1)
+    t0 = time.monotonic()
+    res = collect_snmp(t, now_ms=1)
+    took = time.monotonic() - t0
+    assert not res.ok and "hung" in res.error and "timeout" in res.error
+    assert "0.4s x 2 tries" in res.error
+    assert took < 0.4 * 2 + 1.0, took
+
+
+def test_one_bad_target_does_not_stop_the_others(sim: Peer, silent: int) -> None:
+    closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    closed.bind(("127.0.0.1", 0))
+    closed_port = closed.getsockname()[1]
+    closed.close()  # nothing listens: ICMP port unreachable or silence
+    targets = [v2c("arista", sim.port), v2c("cisco", sim.port), v2c("junos", sim.port),
+               Target(name="hung", device="hung", protocol="snmp", port=silent,
+                      secrets={"community": "public"}, timeout_s=0.5, retries=0),
+               Target(name="gone", device="gone", protocol="snmp", port=closed_port,
+                      secrets={"community": "public"}, timeout_s=0.5, retries=0),
+               Target(name="badver", device="b", protocol="snmp", port=sim.port, params={"version": "1"},
+                      secrets={"community": "arista"})]
+    t0 = time.monotonic()
+    results = {r.target: r for r in collect_many(targets, now_ms=1)}
+    assert time.monotonic() - t0 < 6
+    for good in ("arista", "cisco", "junos"):
+        assert results[good].ok and results[good].samples, results[good].error
+    for bad in ("hung", "gone", "badver"):
+        assert not results[bad].ok and bad in results[bad].error
+    assert "unsupported SNMP version" in results["badver"].error
