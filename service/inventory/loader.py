@@ -54,7 +54,7 @@ class InventoryProblem:
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line is not None else self.file
-        return f"{where}: {self.field or '(document)'}: {self.reason}"
+        return f"{where}: {self.field}: {self.reason}" if self.field else f"{where}: {self.reason}"
 
 
 class InventoryError(ValueError):
@@ -320,7 +320,8 @@ def check_inventory(inv: Inventory, *, source: str = "<inventory>",
         if limit is not None and len(value) > limit:
             found.append((loc, f"is {len(value)} characters long; the limit is {limit}"))
 
-    port_of = {d.name: {p.name: p for p in d.ports} for d in inv.devices}
+    # The first declaration of a device name wins, as in ports_by_device.
+    port_of = {d.name: {p.name: p for p in d.ports} for d in reversed(inv.devices)}
     used: dict[tuple[str, str], str] = {}
     for i, link in enumerate(inv.links):
         ends: list[tuple[str, str]] = []
