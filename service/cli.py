@@ -21,6 +21,8 @@ db_app = typer.Typer(help="Database schema migrations.", no_args_is_help=True)
 metrics_app = typer.Typer(help="The canonical metric catalogue.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(metrics_app, name="metrics")
+token_app = typer.Typer(help="API tokens.", no_args_is_help=True)
+app.add_typer(token_app, name="token")
 
 console = Console(stderr=True)
 
@@ -149,6 +151,34 @@ def collect(target: Annotated[str, typer.Argument(help="device/protocol, e.g. le
     print(json.dumps(outcome, indent=2, default=str))
     if not outcome.get("ok"):
         raise typer.Exit(1)
+
+
+@token_app.command("create")
+def token_create(
+    name: Annotated[str, typer.Option(help="Who or what holds the token.")],
+    scope: Annotated[list[str], typer.Option(help="read, operate, admin or ingest; repeatable.")],
+) -> None:
+    """Create an API token and print it once (only its hash is stored)."""
+    from service.auth.service import create_token
+    from service.db import get_engine
+
+    with get_engine(database_url_or_exit(settings_or_exit())).begin() as conn:
+        try:
+            token = create_token(conn, name=name, scopes=scope)
+        except ValueError as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(2) from None
+    print(token)
+
+
+@token_app.command("revoke")
+def token_revoke(name: Annotated[str, typer.Option(help="Revoke every token with this name.")]) -> None:
+    """Revoke tokens by name."""
+    from service.auth.service import revoke_token
+    from service.db import get_engine
+
+    with get_engine(database_url_or_exit(settings_or_exit())).begin() as conn:
+        console.print(f"revoked {revoke_token(conn, name=name)} token(s)")
 
 
 @db_app.command("upgrade")

@@ -7,9 +7,10 @@ import zlib
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
+from service.api.auth import ReadScope, require
 from service.api.deps import EngineDep, SettingsDep
 from service.api.problems import Problem
 from service.observability import INGEST_ERRORS
@@ -42,7 +43,8 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return body
 
 
-@router.post("/import/prometheus", summary="Import Prometheus text exposition (VictoriaMetrics-compatible)")
+@router.post("/import/prometheus", summary="Import Prometheus text exposition (VictoriaMetrics-compatible)",
+             dependencies=[Depends(require("ingest"))])
 async def import_prom(request: Request, engine: EngineDep, settings: SettingsDep) -> dict[str, Any]:
     body = await _read_body(request, settings.max_body_bytes)
     try:
@@ -74,6 +76,7 @@ def _parse_time(v: str | None, default: datetime, name: str) -> datetime:
 @router.get("/series", summary="Stored series; counters as per-second rates")
 def get_series(
     engine: EngineDep,
+    _: ReadScope,
     metric: str,
     device: str | None = None,
     port: str | None = None,
@@ -107,7 +110,9 @@ def get_series(
 
 
 @router.get("/targets", summary="Collection targets and their last status")
-def get_targets(engine: EngineDep, device: str | None = None, protocol: str | None = None) -> dict[str, Any]:
+def get_targets(
+    engine: EngineDep, _: ReadScope, device: str | None = None, protocol: str | None = None
+) -> dict[str, Any]:
     from service.telemetry.targets import list_targets
 
     with engine.connect() as conn:
@@ -119,7 +124,7 @@ def get_targets(engine: EngineDep, device: str | None = None, protocol: str | No
 
 
 @router.get("/linkcheck", summary="LLDP neighbours compared with the inventory's links")
-def get_linkcheck(engine: EngineDep) -> dict[str, Any]:
+def get_linkcheck(engine: EngineDep, _: ReadScope) -> dict[str, Any]:
     from service.telemetry.targets import link_check
 
     with engine.connect() as conn:

@@ -53,7 +53,7 @@ def test_wrap_reset_and_saturation_through_storage(db: Engine, db_url: str) -> N
         samples.append(Sample("port_xmit_wait_ticks_total", sat_vals[i], ts, "h-000", "eth0", counter_bits=32,
                               saturating=True))
     assert ingest_samples(engine=db, samples=samples).written == 12
-    client = TestClient(create_app(load_settings(database_url=db_url)))
+    client = TestClient(create_app(load_settings(auth_required=False, database_url=db_url)))
     window = {"device": "h-000", "port": "eth0", "start": str(t0 / 1000), "end": str(t0 / 1000 + 60)}
 
     def rates_of(metric: str) -> list[float | None]:

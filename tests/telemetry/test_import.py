@@ -19,7 +19,8 @@ STEP = 10_000
 
 @pytest.fixture()
 def client(db: Engine, db_url: str) -> TestClient:
-    return TestClient(create_app(load_settings(database_url=db_url, max_body_bytes=64 * 1024 * 1024)))
+    settings = load_settings(auth_required=False, database_url=db_url, max_body_bytes=64 * 1024 * 1024)
+    return TestClient(create_app(settings))
 
 
 def _count(engine: Engine, table: str) -> int:
@@ -129,7 +130,7 @@ def test_reimport_is_idempotent(client: TestClient, db: Engine) -> None:
 
 def test_gzip_body_and_size_limit(db: Engine, db_url: str) -> None:
     add_hosts(db, 1)
-    small = TestClient(create_app(load_settings(database_url=db_url, max_body_bytes=4096)))
+    small = TestClient(create_app(load_settings(auth_required=False, database_url=db_url, max_body_bytes=4096)))
     body = "\n".join(f'port_tx_bytes_total{{device="h-000",port="eth1"}} {i} {T0 + i * STEP}' for i in range(40))
     r = small.post("/api/v1/import/prometheus", content=gzip.compress(body.encode()),
                    headers={"content-encoding": "gzip"})
