@@ -182,7 +182,7 @@ def token_revoke(name: Annotated[str, typer.Option(help="Revoke every token with
 
 
 @db_app.command("upgrade")
-def db_upgrade(revision: str = "head") -> None:
+def db_upgrade(revision: str = "heads") -> None:
     """Bring the configured database to the latest schema."""
     from service.migrate import current, upgrade
 
