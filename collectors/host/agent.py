@@ -132,7 +132,8 @@ def collect_host(
             warnings.append(f"{name}: not found: {exc.filename or exc}")
             continue
         except (ParseError, CollectError, OSError) as exc:
-            warnings.append(f"{name}: {exc}")
+            msg = str(exc)  # a ParseError already starts with its source (and line)
+            warnings.append(msg if msg.startswith(name) else f"{name}: {msg}")
             continue
         ok += 1
         for s in got:
