@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -177,10 +178,8 @@ def test_garbled_input_raises_parse_error(text: str, reason: str) -> None:
 @given(st.text(max_size=300))
 def test_arbitrary_text_only_raises_parse_error(text: str) -> None:
     for candidate in (text, "Identifier : 0x11 (QSFP28)\n" + text):
-        try:
+        with contextlib.suppress(ParseError):
             parse_ethtool_module(candidate, device="h", port="p", ts_ms=1, source="fuzz")
-        except ParseError:
-            pass
 
 
 _json_values = st.recursive(
@@ -198,7 +197,5 @@ _keys = st.sampled_from(["identifier", "module_temperature", "module_voltage", "
 def test_arbitrary_json_only_raises_parse_error(pairs: list[tuple[str, object]], wrap: bool) -> None:
     body = "{" + ",".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in pairs) + "}"
     text = f"[{body}]" if wrap else body
-    try:
+    with contextlib.suppress(ParseError):
         parse_ethtool_module(text, device="h", port="p", ts_ms=1, source="fuzz")
-    except ParseError:
-        pass
