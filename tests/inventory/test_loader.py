@@ -215,3 +215,10 @@ def test_port_names_with_colons_link() -> None:
           - {a: "a:1:1", b: "b:x:y:z"}
         """)
     assert len(load_inventory_text(text).links) == 1
+
+
+def test_docs_example_is_valid() -> None:
+    doc = (REPO / "docs" / "inventory.md").read_text()
+    example = doc.split("## Example\n\n```yaml\n", 1)[1].split("```", 1)[0]
+    inv = load_inventory_text(example, "docs/inventory.md")
+    assert [d.name for d in inv.devices] == ["leaf1", "gpu-a01"] and len(inv.links) == 1
