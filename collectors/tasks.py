@@ -112,7 +112,7 @@ def run_collection(endpoint_id: int, groups: list[str], *, settings: Settings | 
     if target is None:
         result = CollectResult(target=f"{device_name}/{protocol}", error=secret_error)
     else:
-        params = {**target.params, "groups": groups}
+        params = {**target.params, "poll_groups": groups}
         if protocol == "host":
             params.setdefault("interfaces", port_names)
             params.setdefault("nic_ports", nic_ports)

@@ -261,10 +261,9 @@ def metrics_doc(out: Annotated[Path | None, typer.Option(help="Write here instea
 
 
 def _mount_subapps() -> None:
-    with contextlib.suppress(ImportError):  # TEMP until the inventory CLI lands
-        from service.inventory.cli import app as inventory_app
+    from service.inventory.cli import app as inventory_app
 
-        app.add_typer(inventory_app, name="inventory", help="Load, validate and export the inventory.")
+    app.add_typer(inventory_app, name="inventory", help="Load, validate and export the inventory.")
     with contextlib.suppress(ImportError):  # the simulator is optional in slim deployments
         from simulator.cli import app as sim_app
 

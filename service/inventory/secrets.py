@@ -87,10 +87,14 @@ def target_for(endpoint: models.Endpoint | Endpoint,
             if ref is not None:
                 secrets[slot] = resolve_secret(ref)
         if ep.v3 is not None:
-            params["v3"] = ep.v3.model_dump(mode="json", exclude=set(_V3_SECRET_KEYS))
+            # Collectors read the v3 user and protocols as flat params, beside `version`.
+            params.pop("v3", None)
+            params.update(ep.v3.model_dump(mode="json", exclude=set(_V3_SECRET_KEYS)))
             for key, slot in _V3_SECRET_KEYS.items():
                 secrets[slot] = resolve_secret(getattr(ep.v3, key))
     except SecretError as e:
         raise SecretError(f"target {name}: {e}") from None
+    if ep.protocol == "gnmi" and ep.intervals.counters and "sample_interval_s" not in params:
+        params["sample_interval_s"] = ep.intervals.counters  # the stream's SAMPLE period
     return Target(name=name, device=device_name, protocol=ep.protocol, address=ep.address, port=ep.port,
                   params=params, secrets=secrets, timeout_s=ep.timeout_s, retries=ep.retries)
