@@ -46,6 +46,8 @@ def parse_time(v: TimeSpec, start: float | None = None) -> float:
         if dt.tzinfo is None:
             raise ValueError(f"{v!r} has no timezone; add 'Z' or an offset")
         return dt.timestamp()
+    if isinstance(v, str) and not _DUR_RE.match(v.strip()):
+        raise ValueError(f"{v!r} is neither an ISO-8601 time nor an offset like '6h' or '1h30m'")
     if start is None:
         raise ValueError(f"{v!r} is an offset, but there is no start time to add it to")
     return start + parse_duration(v)
@@ -371,8 +373,8 @@ class Congestion(FaultBase):
         fx.ecn_frac_add[i] += 0.03 * self.intensity * share
         same_pod = np.flatnonzero(m.is_host & (m.port_pod == m.port_pod[i[0]]))
         fx.util_mult[same_pod] *= 1 + 0.2 * share  # the fan-in senders
-        fx.tx_pause_duty[i] = np.maximum(fx.tx_pause_duty[i], 0.08 * self.intensity * share
-                                         * rng.uniform(0.5, 1.5, len(i)))
+        duty = np.minimum(0.08 * self.intensity * share * rng.uniform(0.5, 1.5, len(i)), 0.2)  # F30: <= 20 %
+        fx.tx_pause_duty[i] = np.maximum(fx.tx_pause_duty[i], duty)
 
 
 class EcmpHotspot(FaultBase):

@@ -417,6 +417,7 @@ class FabricSim:
         temp_peer = temp[pr]
         rx_read = rx_true + m.temp_coef[:, None] * (temp - m.temp_base)[:, None] + noise
         rx_read = np.where(rx_true <= DARK_DBM + 1, DARK_DBM, np.maximum(rx_read, DARK_DBM))
+        rx_read = np.where(admin[:, None], rx_read, DARK_DBM)  # admin down: module in low power, reads 0 mW
         tx_read = np.where(tx_true <= DARK_DBM + 1, DARK_DBM,
                            tx_true + rng.normal(0, 0.05, (P, LMAX)))
         bias = m.bias_nom * fx.bias_mult * (1 + 0.003 * (temp - m.temp_base))[:, None]
