@@ -134,6 +134,11 @@ def run_collection(endpoint_id: int, groups: list[str], *, settings: Settings | 
         for s in samples:
             ingestor.add(s)
         report = ingestor.finish()
+        if report.rejected:
+            # Samples for entities the inventory lacks are kept visible in the target's status.
+            unknown = {**report.unknown_ports, **report.unknown_devices, **report.unknown_metrics}
+            result.warnings.append(f"{report.rejected} samples not stored (not in the inventory or catalogue): "
+                                   + ", ".join(sorted(unknown)[:10]))
         record_link_events(conn, device_id=device_id, result=result, source=protocol)
         record_neighbors(conn, device_id=device_id, result=result, at=started)
         record_status(conn, endpoint_id=endpoint_id, result=result, stored=report.written, at=started)

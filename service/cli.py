@@ -153,6 +153,45 @@ def collect(target: Annotated[str, typer.Argument(help="device/protocol, e.g. le
         raise typer.Exit(1)
 
 
+host_app = typer.Typer(help="The GPU-host agent.", no_args_is_help=True)
+app.add_typer(host_app, name="host")
+
+
+@host_app.command("collect")
+def host_collect(
+    push: Annotated[str, typer.Option(help="fabricwatch base URL to push the samples to.")],
+    device: Annotated[str, typer.Option(help="This host's inventory name.")] = os.uname().nodename,
+    interface: Annotated[list[str] | None, typer.Option(help="Interfaces for ethtool; repeatable.")] = None,
+    sysfs_root: Annotated[Path, typer.Option(help="Root of /sys (tests use fixture trees).")] = Path("/"),
+    dcgm_url: Annotated[str | None, typer.Option(help="dcgm-exporter URL, if one runs here.")] = None,
+    nvml: Annotated[bool, typer.Option(help="Read NVLink errors and XIDs through NVML.")] = False,
+    token_env: Annotated[str, typer.Option(help="Environment variable holding an 'ingest' token.")] =
+        "FABRICWATCH_TOKEN",
+) -> None:
+    """Collect this host once (ethtool, RDMA and net sysfs, DCGM/NVML) and push to the API."""
+    import time
+
+    from collectors.base import Target
+    from collectors.host import PushError, collect_host, push_samples
+
+    params: dict[str, object] = {"interfaces": interface or [], "sysfs_root": str(sysfs_root), "nvml": nvml}
+    if dcgm_url:
+        params["dcgm_url"] = dcgm_url
+    result = collect_host(Target(name=f"{device}/host", device=device, protocol="host", params=params),
+                          now_ms=int(time.time() * 1000))
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    if not result.ok:
+        console.print(f"[red]error:[/red] {result.error}")
+        raise typer.Exit(1)
+    try:
+        push_samples(result.samples, push, token=os.environ.get(token_env))
+    except PushError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    console.print(f"pushed {len(result.samples)} samples from {device} to {push}")
+
+
 @token_app.command("create")
 def token_create(
     name: Annotated[str, typer.Option(help="Who or what holds the token.")],
