@@ -24,7 +24,7 @@ app.add_typer(metrics_app, name="metrics")
 token_app = typer.Typer(help="API tokens.", no_args_is_help=True)
 app.add_typer(token_app, name="token")
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # one error stays one line
 
 
 def settings_or_exit(**overrides: object) -> Settings:

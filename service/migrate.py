@@ -27,9 +27,11 @@ def downgrade(url: str, revision: str = "base") -> None:
 
 
 def current(url: str) -> str | None:
+    """The schema revision(s) of the database, comma-separated when branches are not merged yet."""
     from alembic.runtime.migration import MigrationContext
 
     from service.db import get_engine
 
     with get_engine(url).connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        heads = MigrationContext.configure(conn).get_current_heads()
+    return ",".join(sorted(heads)) or None

@@ -1,0 +1,46 @@
+"""Migrations: an empty database reaches head, and downgrade-then-upgrade works."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from sqlalchemy import inspect, make_url
+
+from service.db import dispose_engines, get_engine, normalize_url
+from service.migrate import current, downgrade, upgrade
+from tests.conftest import _admin_url
+
+EXPECTED = {"devices", "ports", "optics", "links", "endpoints", "series", "samples", "link_events",
+            "target_status", "pods", "api_tokens"}
+
+
+@pytest.fixture()
+def empty_db(server_url: str) -> Iterator[str]:
+    name = f"fw_mig_{uuid.uuid4().hex[:8]}"
+    admin = _admin_url(server_url)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(normalize_url(server_url)).set(database=name).render_as_string(hide_password=False)
+    finally:
+        dispose_engines()
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _tables(url: str) -> set[str]:
+    return set(inspect(get_engine(url)).get_table_names())
+
+
+def test_empty_to_head_down_and_up_again(empty_db: str) -> None:
+    assert current(empty_db) is None
+    upgrade(empty_db)
+    assert EXPECTED <= _tables(empty_db)
+    head = current(empty_db)
+    downgrade(empty_db, "base")
+    assert _tables(empty_db) <= {"alembic_version"}
+    upgrade(empty_db)
+    assert EXPECTED <= _tables(empty_db) and current(empty_db) == head
