@@ -38,9 +38,9 @@ def _tables(url: str) -> set[str]:
 def test_empty_to_head_down_and_up_again(empty_db: str) -> None:
     assert current(empty_db) is None
     upgrade(empty_db)
-    assert EXPECTED <= _tables(empty_db)
+    assert _tables(empty_db) >= EXPECTED
     head = current(empty_db)
     downgrade(empty_db, "base")
     assert _tables(empty_db) <= {"alembic_version"}
     upgrade(empty_db)
-    assert EXPECTED <= _tables(empty_db) and current(empty_db) == head
+    assert _tables(empty_db) >= EXPECTED and current(empty_db) == head
