@@ -70,19 +70,21 @@ class BlockText:
         ts = ts_ms[self.dev]
         if keep is not None:
             values, ts = values[keep], ts[keep]
+        has_nan = values.dtype.kind == "f" and bool(np.isnan(values).any())
+        tmpl = self.template if keep is None else "".join(compress(self.lines, keep))
         if self.fmt == "%d":
-            vals: list[Any] = values.astype(np.int64).tolist() if not np.isnan(values).any() else \
-                [int(x) if x == x else float("nan") for x in values.tolist()]
+            if has_nan:  # NaN counters (garbled reads) print through %s
+                vals: list[Any] = [int(x) if x == x else "NaN" for x in values.tolist()]
+                tmpl = tmpl.replace("%d %d", "%s %d")
+            else:
+                vals = values.astype(np.int64).tolist()
         else:
             vals = values.tolist()
         args: list[Any] = [None] * (2 * len(vals))
         args[0::2] = vals
         args[1::2] = ts.tolist()
-        tmpl = self.template if keep is None else "".join(compress(self.lines, keep))
-        if self.fmt == "%d" and any(v != v for v in vals if isinstance(v, float)):
-            tmpl = tmpl.replace("%d %d", "%s %d")
         text = tmpl % tuple(args)
-        return text.replace("nan ", "NaN ") if self.fmt != "%d" or "nan" in text else text
+        return text.replace("nan ", "NaN ") if has_nan and self.fmt != "%d" else text
 
 
 def write_frame(sim: FabricSim, texts: dict[str, BlockText], frame: Frame, out: IO[str]) -> int:
