@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -125,8 +125,7 @@ class FaultBase(Strict):
 
 
 def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t).astimezone().astimezone(tz=None).isoformat() if False else \
-        datetime.utcfromtimestamp(t).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 Lanes = Annotated[list[Annotated[int, Field(ge=0, lt=LMAX)]], Field(min_length=1)]

@@ -414,7 +414,6 @@ class FabricSim:
             self.c_lane[fx.resets] = 0
         # --- readings ---
         noise = rng.normal(0, 1, (P, LMAX)) * m.noise_db[:, None]
-        temp_peer = temp[pr]
         rx_read = rx_true + m.temp_coef[:, None] * (temp - m.temp_base)[:, None] + noise
         rx_read = np.where(rx_true <= DARK_DBM + 1, DARK_DBM, np.maximum(rx_read, DARK_DBM))
         rx_read = np.where(admin[:, None], rx_read, DARK_DBM)  # admin down: module in low power, reads 0 mW
@@ -422,7 +421,6 @@ class FabricSim:
                            tx_true + rng.normal(0, 0.05, (P, LMAX)))
         bias = m.bias_nom * fx.bias_mult * (1 + 0.003 * (temp - m.temp_base))[:, None]
         bias = np.where(tx_on, bias + rng.normal(0, 2e-4, (P, LMAX)), 0.0)
-        del temp_peer
         gp = m.gpu_port
         g_util = util[gp] if len(gp) else np.zeros(0)
         gtemp = m.gpu_temp_base + 30 * g_util + rng.normal(0, 0.5, len(gp))
