@@ -1,0 +1,1 @@
+"""Drain recommendations: target, action, topology-aware safety verdict, approval and optional execution."""

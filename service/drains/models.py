@@ -1,0 +1,57 @@
+"""Drain tables: recommendations (with their safety verdict) and the fleet-wide circuit breaker."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ARRAY, Boolean, DateTime, ForeignKey, Integer, String, Text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from service.db import Base
+
+
+class DrainRecommendation(Base):
+    __tablename__ = "drain_recommendations"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    incident_id: Mapped[int | None] = mapped_column(ForeignKey("incidents.id", ondelete="SET NULL"))
+    target_kind: Mapped[str] = mapped_column(String(16))     # link | port | host | switch
+    target: Mapped[str] = mapped_column(String(600))         # the entity key, as on the incident
+    device: Mapped[str] = mapped_column(String(128))
+    port: Mapped[str | None] = mapped_column(String(128))
+    peer_device: Mapped[str | None] = mapped_column(String(128))
+    peer_port: Mapped[str | None] = mapped_column(String(128))
+    pod: Mapped[str | None] = mapped_column(String(128))
+    action: Mapped[str] = mapped_column(String(32))          # shut_ports | slurm_drain | k8s_drain
+    # blocked -> (re-evaluated) pending -> approved -> done -> released; or rejected / withdrawn
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    cause: Mapped[str | None] = mapped_column(String(64))
+    link_ids: Mapped[list[int]] = mapped_column(ARRAY(Integer), default=list)   # links the action takes down
+    host_ids: Mapped[list[int]] = mapped_column(ARRAY(Integer), default=list)   # hosts it drains
+    verdict: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    commands: Mapped[list[Any]] = mapped_column(JSONB, default=list)
+    execution: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    recommended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # first safe verdict
+    decided_by: Mapped[str | None] = mapped_column(String(128))
+    decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    decision_note: Mapped[str | None] = mapped_column(Text)
+    done_by: Mapped[str | None] = mapped_column(String(128))
+    done_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class DrainBreaker(Base):
+    """The single-row circuit breaker (id = 1); tripped stays tripped until an attributed reset."""
+
+    __tablename__ = "drain_breaker"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tripped: Mapped[bool] = mapped_column(Boolean, default=False)
+    tripped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    trip_reason: Mapped[str | None] = mapped_column(Text)
+    reset_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    reset_by: Mapped[str | None] = mapped_column(String(128))
+    reset_note: Mapped[str | None] = mapped_column(Text)

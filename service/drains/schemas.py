@@ -1,0 +1,161 @@
+"""Drain vocabulary, settings, the safety verdict format and the API's pydantic schemas."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class TargetKind(StrEnum):
+    LINK = "link"
+    PORT = "port"
+    HOST = "host"
+    SWITCH = "switch"
+
+
+class DrainAction(StrEnum):
+    SHUT_PORTS = "shut_ports"      # admin-down both ends of a link (or every linked port of a switch)
+    SLURM_DRAIN = "slurm_drain"    # scontrol update ... State=DRAIN: running jobs finish (preferred, F44)
+    K8S_DRAIN = "k8s_drain"        # kubectl cordon + drain: evicts pods
+
+
+class DrainStatus(StrEnum):
+    BLOCKED = "blocked"        # verdict not safe; re-evaluated on the next recommend() for the target
+    PENDING = "pending"        # safe, waiting for approval
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    DONE = "done"              # the drain is in place (marked by a person or a successful executor)
+    RELEASED = "released"      # the incident returned to service or closed; no longer counts
+    WITHDRAWN = "withdrawn"    # the incident closed before a decision
+
+
+# Drains that hold capacity out of service right now: the safety check counts these.
+ACTIVE_STATUSES = (DrainStatus.APPROVED, DrainStatus.DONE)
+OPEN_STATUSES = (DrainStatus.BLOCKED, DrainStatus.PENDING)
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get(f"FABRICWATCH_DRAIN_{name.upper()}")
+
+
+class DrainSettings(BaseModel):
+    """Safety limits and execution plugins. Read from FABRICWATCH_DRAIN_* until service/config.py has them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    uplink_floor_fraction: float = Field(default=0.75, ge=0, le=1)   # CorrOpt-style share of uplinks to keep
+    uplink_floor_min: int = Field(default=0, ge=0)                   # and at least this many
+    max_per_pod: int = Field(default=2, ge=1)                        # concurrent active drains per pod
+    rail_min_uplinks: int = Field(default=1, ge=0)                   # healthy uplinks a rail keeps in a pod
+    breaker_max: int = Field(default=10, ge=1)                       # drains recommended per window ...
+    breaker_window_s: float = Field(default=3600.0, gt=0)           # ... before the breaker trips
+    down_lookback_s: float = Field(default=900.0, gt=0)             # port_oper_up readings this recent count
+    host_action: Literal["slurm_drain", "k8s_drain"] = "slurm_drain"
+    executor: Literal["none", "command", "webhook"] = "none"         # OFF by default
+    command_shut_port: list[str] | None = None                       # argv template per port; no default
+    command_slurm_drain: list[str] = Field(default_factory=lambda: [
+        "scontrol", "update", "NodeName={host}", "State=DRAIN", "Reason=fabricwatch: {incident} {cause}"])
+    command_k8s_cordon: list[str] = Field(default_factory=lambda: ["kubectl", "cordon", "{node}"])
+    command_k8s_drain: list[str] = Field(default_factory=lambda: [
+        "kubectl", "drain", "{node}", "--ignore-daemonsets", "--delete-emptydir-data"])
+    command_timeout_s: float = Field(default=120.0, gt=0)
+    webhook_url: str | None = None
+    webhook_secret_env: str | None = None    # name of the env var holding the HMAC key, never the key
+    webhook_timeout_s: float = Field(default=10.0, gt=0)
+
+    @field_validator("command_shut_port", "command_slurm_drain", "command_k8s_cordon", "command_k8s_drain",
+                     mode="before")
+    @classmethod
+    def _argv(cls, v: Any) -> Any:
+        # Templates are JSON arrays (one element per argument), never a shell string to split.
+        if isinstance(v, str):
+            v = json.loads(v)
+        if v is not None and (not isinstance(v, list) or not v or not all(isinstance(x, str) for x in v)):
+            raise ValueError("a command template is a non-empty JSON array of strings")
+        return v
+
+
+_FIELDS = tuple(DrainSettings.model_fields)
+
+
+def drain_settings() -> DrainSettings:
+    """DrainSettings from FABRICWATCH_DRAIN_<FIELD> environment variables (e.g. FABRICWATCH_DRAIN_MAX_PER_POD)."""
+    return DrainSettings.model_validate({f: v for f in _FIELDS if (v := _env(f)) is not None})
+
+
+class Target(BaseModel):
+    """What to drain: a link (named by either end), a port, a host or a switch."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    kind: TargetKind
+    device: str = Field(min_length=1, max_length=128)
+    port: str | None = Field(default=None, max_length=128)
+
+
+class Check(BaseModel):
+    """One evaluated constraint. `numbers` carries the figures the message quotes."""
+
+    constraint: str      # circuit_breaker | pod_concurrency | uplink_floor | rail_host_path | rail_uplinks
+    ok: bool
+    subject: str
+    message: str
+    numbers: dict[str, Any] = Field(default_factory=dict)
+
+
+class Verdict(BaseModel):
+    safe: bool
+    summary: str
+    blocked_by: list[str] = Field(default_factory=list)
+    checks: list[Check] = Field(default_factory=list)
+    evaluated_at: datetime
+
+
+class Decision(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    note: str | None = Field(default=None, max_length=10_000)
+
+
+class DrainRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    incident_id: int | None
+    target_kind: str
+    target: str
+    device: str
+    port: str | None
+    peer_device: str | None
+    peer_port: str | None
+    pod: str | None
+    action: str
+    status: str
+    reason: str
+    cause: str | None
+    verdict: dict[str, Any]
+    commands: list[Any]
+    execution: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+    recommended_at: datetime | None
+    decided_by: str | None
+    decided_at: datetime | None
+    decision_note: str | None
+    done_by: str | None
+    done_at: datetime | None
+    released_at: datetime | None
+
+
+class BreakerRead(BaseModel):
+    tripped: bool
+    tripped_at: datetime | None
+    trip_reason: str | None
+    reset_at: datetime | None
+    reset_by: str | None
+    reset_note: str | None
+    window_s: float
+    limit: int
+    recommended_in_window: int

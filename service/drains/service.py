@@ -1,0 +1,347 @@
+"""Drain logic: recommend (plan + safety verdict + incident), approve/reject/done, release, the breaker.
+
+Every safety decision runs under one transaction-level advisory lock, so two pipeline workers
+(or an approval racing a recommendation) never both pass a floor that only one of them fits.
+Functions take a SQLAlchemy `Connection` inside the caller's transaction; `at` is data time
+where the caller has one (the pipeline), else now.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Row, insert, select, text, update
+
+from service.detection.findings import Finding
+from service.drains.executors import get_executor, plan_commands
+from service.drains.models import DrainBreaker, DrainRecommendation
+from service.drains.planner import Plan, plan_target, safe_word, target_for_finding
+from service.drains.safety import FleetState, evaluate
+from service.drains.schemas import (
+    ACTIVE_STATUSES,
+    OPEN_STATUSES,
+    BreakerRead,
+    DrainAction,
+    DrainSettings,
+    DrainStatus,
+    Target,
+    TargetKind,
+    Verdict,
+    drain_settings,
+)
+from service.drains.topology import Graph, down_links, load_graph
+from service.incidents import service as incidents
+from service.incidents.schemas import State
+
+DRAINS = DrainRecommendation.__table__
+BREAKER = DrainBreaker.__table__
+_LOCK_KEY = 74_201_300   # pg_advisory_xact_lock key for drain safety decisions
+
+
+class DrainError(Exception):
+    """Base for drain errors the API turns into problem documents."""
+
+
+class DrainNotFound(DrainError):
+    def __init__(self, drain_id: int) -> None:
+        super().__init__(f"drain recommendation {drain_id} does not exist")
+
+
+class DrainStateError(DrainError):
+    def __init__(self, drain_id: int, current: str, attempted: str, allowed_from: list[str]) -> None:
+        super().__init__(f"drain recommendation {drain_id} is '{current}'; cannot {attempted} it "
+                         f"(only from: {', '.join(allowed_from)})")
+        self.current, self.attempted, self.allowed_from = current, attempted, allowed_from
+
+
+def _now(at: datetime | None) -> datetime:
+    if at is None:
+        return datetime.now(UTC)
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+def _lock(conn: Connection) -> None:
+    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
+
+
+def get(*, conn: Connection, drain_id: int, lock: bool = False) -> Row[Any]:
+    q = select(DRAINS).where(DRAINS.c.id == drain_id)
+    row = conn.execute(q.with_for_update() if lock else q).first()
+    if row is None:
+        raise DrainNotFound(drain_id)
+    return row
+
+
+def list_drains(*, conn: Connection, status: list[str] | None = None, incident_id: int | None = None,
+                pod: str | None = None, device: str | None = None, limit: int = 100,
+                offset: int = 0) -> list[Row[Any]]:
+    c = DRAINS.c
+    q = select(DRAINS)
+    if status:
+        q = q.where(c.status.in_(status))
+    if incident_id is not None:
+        q = q.where(c.incident_id == incident_id)
+    if pod is not None:
+        q = q.where(c.pod == pod)
+    if device is not None:
+        q = q.where((c.device == device) | (c.peer_device == device))
+    return list(conn.execute(q.order_by(c.id.desc()).limit(limit).offset(offset)))
+
+
+# ---------------------------------------------------------------------------- breaker
+
+
+def _breaker(conn: Connection, lock: bool = False) -> Row[Any]:
+    conn.execute(text("INSERT INTO drain_breaker (id, tripped) VALUES (1, false) ON CONFLICT (id) DO NOTHING"))
+    q = select(BREAKER).where(BREAKER.c.id == 1)
+    return conn.execute(q.with_for_update() if lock else q).one()
+
+
+def _recommended_in_window(conn: Connection, breaker: Row[Any], s: DrainSettings, at: datetime,
+                           exclude: int | None) -> int:
+    since = at - timedelta(seconds=s.breaker_window_s)
+    if breaker.reset_at is not None and breaker.reset_at > since:
+        since = breaker.reset_at  # a reset starts the count afresh
+    return conn.execute(text(
+        "SELECT count(*) FROM drain_recommendations WHERE recommended_at > :since AND recommended_at <= :at "
+        "AND id IS DISTINCT FROM :ex"), {"since": since, "at": at, "ex": exclude}).scalar_one()
+
+
+def breaker_state(*, conn: Connection, settings: DrainSettings | None = None,
+                  at: datetime | None = None) -> BreakerRead:
+    s, now = settings or drain_settings(), _now(at)
+    b = _breaker(conn)
+    return BreakerRead(tripped=b.tripped, tripped_at=b.tripped_at, trip_reason=b.trip_reason, reset_at=b.reset_at,
+                       reset_by=b.reset_by, reset_note=b.reset_note, window_s=s.breaker_window_s, limit=s.breaker_max,
+                       recommended_in_window=_recommended_in_window(conn, b, s, now, None))
+
+
+def reset_breaker(*, conn: Connection, actor: str, note: str | None = None, at: datetime | None = None,
+                  settings: DrainSettings | None = None) -> BreakerRead:
+    """Close the breaker (attributed); drains recommended before the reset no longer count."""
+    now = _now(at)
+    _lock(conn)
+    _breaker(conn, lock=True)
+    conn.execute(update(BREAKER).where(BREAKER.c.id == 1).values(tripped=False, reset_at=now, reset_by=actor,
+                                                                  reset_note=note))
+    return breaker_state(conn=conn, settings=settings, at=now)
+
+
+# ---------------------------------------------------------------------------- fleet state and verdicts
+
+
+def fleet_state(*, conn: Connection, graph: Graph, settings: DrainSettings, at: datetime,
+                exclude: int | None = None) -> FleetState:
+    """What is out now: links down (port_oper_up) or held by active drains, drained hosts, pods, breaker."""
+    st = FleetState(unavailable=down_links(conn=conn, graph=graph, at=at, lookback_s=settings.down_lookback_s),
+                    active_by_pod=Counter())
+    rows = conn.execute(select(DRAINS.c.id, DRAINS.c.pod, DRAINS.c.link_ids, DRAINS.c.host_ids, DRAINS.c.target_kind,
+                               DRAINS.c.device).where(DRAINS.c.status.in_([s.value for s in ACTIVE_STATUSES]))).all()
+    for r in rows:
+        if r.id == exclude:
+            continue
+        st.unavailable.update(r.link_ids)
+        st.drained_hosts.update(r.host_ids)
+        st.active_by_pod[r.pod or ""] += 1
+        if r.target_kind == TargetKind.SWITCH and (d := graph.device(r.device)) is not None:
+            st.drained_switches.add(d.id)
+    b = _breaker(conn)
+    st.breaker_tripped, st.breaker_reason = b.tripped, b.trip_reason
+    st.recommended_in_window = _recommended_in_window(conn, b, settings, at, exclude)
+    return st
+
+
+def _part_number(conn: Connection, device: str, port: str | None) -> str | None:
+    if port is None:
+        return None
+    return conn.execute(text(
+        "SELECT o.part_number FROM optics o JOIN ports p ON p.id = o.port_id JOIN devices d ON d.id = p.device_id "
+        "WHERE d.name = :d AND p.name = :p"), {"d": device, "p": port}).scalar()
+
+
+def _trip(conn: Connection, verdict: Verdict, at: datetime) -> None:
+    check = next(c for c in verdict.checks if c.constraint == "circuit_breaker")
+    conn.execute(update(BREAKER).where(BREAKER.c.id == 1, BREAKER.c.tripped.is_(False)).values(
+        tripped=True, tripped_at=at, trip_reason=check.message))
+
+
+def recommend(*, conn: Connection, target: Target, reason: str, incident_id: int | None = None,
+              cause: str | None = None, action: DrainAction | None = None, at: datetime | None = None,
+              settings: DrainSettings | None = None, alert_id: int | None = None, fingerprint: str | None = None,
+              summary: str | None = None, actor: str = "fabricwatch") -> Row[Any]:
+    """Create or update the incident and the drain recommendation for `target`, with a fresh verdict.
+
+    Idempotent per incident and target: a repeated call re-evaluates the open (blocked or
+    pending) recommendation instead of adding one, and leaves an active drain alone.
+    """
+    s, now = settings or drain_settings(), _now(at)
+    _lock(conn)
+    graph = load_graph(conn=conn)
+    plan = plan_target(graph=graph, target=target, settings=s, action=action)
+    if incident_id is not None:
+        inc = incidents.get(conn=conn, incident_id=incident_id)
+    else:
+        inc, _ = incidents.open_or_get(
+            conn=conn, kind=plan.kind.value, device=plan.device, port=plan.port, peer_device=plan.peer_device,
+            peer_port=plan.peer_port, link_id=plan.link_id, pod=plan.effect.pod, cause=cause,
+            part_number=_part_number(conn, plan.device, plan.port), alert_id=alert_id, fingerprint=fingerprint,
+            summary=summary or reason, at=now, actor=actor)
+    entity = incidents.entity_key(plan.kind.value, plan.device, plan.port, plan.peer_device, plan.peer_port)
+    existing = conn.execute(select(DRAINS).where(
+        DRAINS.c.incident_id == inc.id, DRAINS.c.target == entity, DRAINS.c.action == plan.action.value,
+        DRAINS.c.status.in_([x.value for x in (*OPEN_STATUSES, *ACTIVE_STATUSES)])).order_by(DRAINS.c.id.desc())
+    ).first()
+    if existing is not None and existing.status in ACTIVE_STATUSES:
+        return existing   # already approved or in place; nothing to re-decide
+    state = fleet_state(conn=conn, graph=graph, settings=s, at=now, exclude=existing.id if existing else None)
+    verdict = evaluate(graph=graph, effect=plan.effect, state=state, settings=s, at=now)
+    if "circuit_breaker" in verdict.blocked_by and not state.breaker_tripped:
+        _trip(conn, verdict, now)
+    cause_word = safe_word(cause or inc.cause, "unknown")
+    commands = plan_commands(action=plan.action, settings=s, ports=plan.ports, host=plan.host,
+                             incident=f"incident-{inc.id}", cause=cause_word)
+    status = DrainStatus.PENDING if verdict.safe else DrainStatus.BLOCKED
+    values: dict[str, Any] = {
+        "status": status.value, "verdict": verdict.model_dump(mode="json"), "commands": commands,
+        "updated_at": now, "reason": reason, "cause": cause or inc.cause, "pod": plan.effect.pod,
+        "link_ids": sorted(plan.effect.link_ids), "host_ids": sorted(plan.effect.host_ids)}
+    if verdict.safe and (existing is None or existing.recommended_at is None):
+        values["recommended_at"] = now   # counted by the breaker from its first safe verdict
+    if existing is None:
+        drain_id = conn.execute(insert(DRAINS).values(
+            incident_id=inc.id, target_kind=plan.kind.value, target=entity, device=plan.device, port=plan.port,
+            peer_device=plan.peer_device, peer_port=plan.peer_port, action=plan.action.value, created_at=now,
+            **values).returning(DRAINS.c.id)).scalar_one()
+    else:
+        drain_id = existing.id
+        conn.execute(update(DRAINS).where(DRAINS.c.id == drain_id).values(**values))
+    changed = existing is None or existing.verdict.get("summary") != verdict.summary
+    if verdict.safe and inc.state == State.SUSPECT:
+        incidents.transition(conn=conn, incident_id=inc.id, to=State.DRAIN_RECOMMENDED, actor=actor, at=now,
+                             note=f"drain {drain_id} ({plan.action}) recommended: {verdict.summary}",
+                             data={"drain_id": drain_id})
+    elif changed:
+        incidents.add_event(conn=conn, incident_id=inc.id, actor=actor, kind="drain_" + status.value, at=now,
+                            text_=f"drain {drain_id} ({plan.action}): {verdict.summary}",
+                            data={"drain_id": drain_id, "blocked_by": verdict.blocked_by})
+    return get(conn=conn, drain_id=drain_id)
+
+
+def recommend_for_finding(*, conn: Connection, finding: Finding, alert_id: int | None = None,
+                          at: datetime | None = None, settings: DrainSettings | None = None) -> Row[Any] | None:
+    """The pipeline's entry point: a firing Finding -> incident + drain recommendation (or None: no drain)."""
+    if finding.state != "firing":
+        return None
+    target = target_for_finding(finding)
+    if target is None:
+        return None
+    when = at or datetime.fromtimestamp(finding.at_ms / 1000, tz=UTC)
+    return recommend(conn=conn, target=target, reason=finding.summary, cause=finding.cause.value,
+                     at=when, settings=settings, alert_id=alert_id, fingerprint=finding.fingerprint,
+                     summary=finding.summary)
+
+
+def _require(row: Row[Any], attempted: str, allowed: tuple[DrainStatus, ...]) -> None:
+    if row.status not in allowed:
+        raise DrainStateError(row.id, row.status, attempted, [a.value for a in allowed])
+
+
+def _advance_incident(conn: Connection, incident_id: int | None, to: State, actor: str, at: datetime,
+                      note: str, from_states: tuple[State, ...]) -> None:
+    if incident_id is None:
+        return
+    inc = incidents.get(conn=conn, incident_id=incident_id)
+    if inc.state in from_states:
+        incidents.transition(conn=conn, incident_id=incident_id, to=to, actor=actor, at=at, note=note)
+    else:
+        incidents.add_event(conn=conn, incident_id=incident_id, actor=actor, kind="drain", at=at, text_=note)
+
+
+def approve(*, conn: Connection, drain_id: int, actor: str, note: str | None = None, at: datetime | None = None,
+            settings: DrainSettings | None = None) -> Row[Any]:
+    """Approve a pending drain after re-checking safety now. If it is no longer safe it becomes
+    `blocked` (returned, not raised, so the new verdict is kept); check `status` on the result."""
+    s, now = settings or drain_settings(), _now(at)
+    _lock(conn)
+    row = get(conn=conn, drain_id=drain_id, lock=True)
+    _require(row, "approve", (DrainStatus.PENDING,))
+    graph = load_graph(conn=conn)
+    plan = plan_target(graph=graph, target=_target_of(row), settings=s, action=DrainAction(row.action))
+    state = fleet_state(conn=conn, graph=graph, settings=s, at=now, exclude=row.id)
+    state.recommended_in_window = 0   # the breaker counted this drain when it was recommended
+    verdict = evaluate(graph=graph, effect=plan.effect, state=state, settings=s, at=now)
+    if not verdict.safe:
+        conn.execute(update(DRAINS).where(DRAINS.c.id == drain_id).values(
+            status=DrainStatus.BLOCKED.value, verdict=verdict.model_dump(mode="json"), updated_at=now))
+        if row.incident_id is not None:
+            incidents.add_event(conn=conn, incident_id=row.incident_id, actor=actor, kind="drain_blocked", at=now,
+                                text_=f"approval of drain {drain_id} refused: {verdict.summary}")
+        return get(conn=conn, drain_id=drain_id)
+    conn.execute(update(DRAINS).where(DRAINS.c.id == drain_id).values(
+        status=DrainStatus.APPROVED.value, verdict=verdict.model_dump(mode="json"), decided_by=actor,
+        decided_at=now, decision_note=note, updated_at=now))
+    if row.incident_id is not None:
+        incidents.add_event(conn=conn, incident_id=row.incident_id, actor=actor, kind="drain_approved", at=now,
+                            text_=note or f"drain {drain_id} approved", data={"drain_id": drain_id})
+    executor = get_executor(s)
+    if executor.name != "none":
+        result = executor.execute(get(conn=conn, drain_id=drain_id)._asdict())
+        conn.execute(update(DRAINS).where(DRAINS.c.id == drain_id).values(execution=result, updated_at=now))
+        if result.get("ok"):
+            return mark_done(conn=conn, drain_id=drain_id, actor=f"{actor} via {executor.name} executor",
+                             note="executed", at=now)
+    return get(conn=conn, drain_id=drain_id)
+
+
+def reject(*, conn: Connection, drain_id: int, actor: str, note: str | None = None,
+           at: datetime | None = None) -> Row[Any]:
+    now = _now(at)
+    row = get(conn=conn, drain_id=drain_id, lock=True)
+    _require(row, "reject", (DrainStatus.PENDING, DrainStatus.BLOCKED))
+    conn.execute(update(DRAINS).where(DRAINS.c.id == drain_id).values(
+        status=DrainStatus.REJECTED.value, decided_by=actor, decided_at=now, decision_note=note, updated_at=now))
+    _advance_incident(conn, row.incident_id, State.SUSPECT, actor, now,
+                      f"drain {drain_id} rejected" + (f": {note}" if note else ""), (State.DRAIN_RECOMMENDED,))
+    return get(conn=conn, drain_id=drain_id)
+
+
+def mark_done(*, conn: Connection, drain_id: int, actor: str, note: str | None = None,
+              at: datetime | None = None) -> Row[Any]:
+    """The drain is in place: the incident moves to `drained`."""
+    now = _now(at)
+    row = get(conn=conn, drain_id=drain_id, lock=True)
+    _require(row, "mark done", (DrainStatus.APPROVED,))
+    conn.execute(update(DRAINS).where(DRAINS.c.id == drain_id).values(
+        status=DrainStatus.DONE.value, done_by=actor, done_at=now, updated_at=now))
+    _advance_incident(conn, row.incident_id, State.DRAINED, actor, now,
+                      f"drain {drain_id} done" + (f": {note}" if note else ""),
+                      (State.SUSPECT, State.DRAIN_RECOMMENDED))
+    return get(conn=conn, drain_id=drain_id)
+
+
+def release_for_incident(*, conn: Connection, incident_id: int, actor: str, at: datetime | None = None,
+                         reason: str = "") -> int:
+    """The incident ended: active drains stop counting (released), undecided ones are withdrawn."""
+    now = _now(at)
+    n = conn.execute(update(DRAINS).where(DRAINS.c.incident_id == incident_id,
+                                          DRAINS.c.status.in_([x.value for x in ACTIVE_STATUSES])).values(
+        status=DrainStatus.RELEASED.value, released_at=now, updated_at=now)).rowcount
+    n += conn.execute(update(DRAINS).where(DRAINS.c.incident_id == incident_id,
+                                           DRAINS.c.status.in_([x.value for x in OPEN_STATUSES])).values(
+        status=DrainStatus.WITHDRAWN.value, decision_note=reason, decided_by=actor, decided_at=now,
+        updated_at=now)).rowcount
+    return n
+
+
+def _target_of(row: Row[Any]) -> Target:
+    kind = TargetKind(row.target_kind)
+    return Target(kind=kind, device=row.device, port=row.port if kind in (TargetKind.LINK, TargetKind.PORT) else None)
+
+
+def plan_for(*, conn: Connection, target: Target, settings: DrainSettings | None = None,
+             action: DrainAction | None = None) -> Plan:
+    """Resolve a target without recording anything (for previews)."""
+    return plan_target(graph=load_graph(conn=conn), target=target, settings=settings or drain_settings(),
+                       action=action)

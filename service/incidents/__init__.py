@@ -1,0 +1,1 @@
+"""Incidents: one per faulty link, port, host or switch, with a state machine, owner, notes and timeline."""
