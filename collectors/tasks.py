@@ -10,24 +10,29 @@ slow or dead device only ever delays itself.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import zlib
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
 
 import collectors.gnmi
 import collectors.host
 import collectors.snmp  # noqa: F401
-from collectors.base import CollectResult, get_collector
+from collectors.base import CollectResult, Target, get_collector
+from collectors.spool import PendingStore, default_spool_dir, spool_drain, spool_write
 from service.config import Settings, get_settings
 from service.db import get_engine
 from service.inventory.secrets import SecretError, target_for
 from service.models import Endpoint
 from service.observability import COLLECT_ERRORS, COLLECT_SECONDS
-from service.telemetry.ingest import Ingestor
+from service.telemetry.ingest import Ingestor, IngestReport
 from service.telemetry.targets import (
     GROUPS,
     EndpointRow,
@@ -92,23 +97,41 @@ def dispatch_collections(now_ms: int | None = None) -> int:
 
 
 def run_collection(endpoint_id: int, groups: list[str], *, settings: Settings | None = None) -> dict[str, Any]:
-    """Collect one target now, store its samples and status in one transaction, and say what happened."""
+    """Collect one target now and store it; if the database is away, spool it for a later task."""
     settings = settings or get_settings()
     engine = get_engine(settings.database_url or "")
-    from sqlalchemy.orm import Session
+    spool_dir = Path(settings.spool_dir) if settings.spool_dir else default_spool_dir()
+    with contextlib.suppress(OperationalError):  # still away: the spool waits for the next task
+        spool_drain(spool_dir, lambda p: store_collection(engine, p, settings=settings))
+    pending = collect_endpoint(engine, endpoint_id, groups)
+    if pending is None:
+        return {"endpoint_id": endpoint_id, "skipped": "endpoint no longer in the inventory"}
+    try:
+        report = store_collection(engine, pending, settings=settings)
+    except OperationalError as exc:
+        path = spool_write(spool_dir, pending)
+        log.warning("database unreachable (%s); spooled %d samples of %s to %s", type(exc).__name__,
+                    len(pending.result.samples), pending.result.target, path)
+        return {"target": pending.result.target, "ok": pending.result.ok, "spooled": str(path)}
+    result = pending.result
+    return {"target": result.target, "ok": result.ok, "error": result.error, "samples": len(result.samples),
+            "written": report.written, "rejected": report.rejected}
 
+
+def collect_endpoint(engine: Engine, endpoint_id: int, groups: list[str]) -> PendingStore | None:
+    """Run the endpoint's collector; every failure becomes part of the result, never an exception."""
     with Session(engine) as session:
         endpoint = session.get(Endpoint, endpoint_id)
         if endpoint is None:
-            return {"endpoint_id": endpoint_id, "skipped": "endpoint no longer in the inventory"}
+            return None
         device_id, device_name, protocol = endpoint.device_id, endpoint.device.name, endpoint.protocol
         port_names = [p.name for p in endpoint.device.ports]
         nic_ports = {p.nic: p.name for p in endpoint.device.ports if p.nic}
         try:
-            target = target_for(endpoint)
+            target: Target | None = target_for(endpoint)
         except SecretError as exc:
             target, secret_error = None, str(exc)
-    started = datetime.now(UTC)
+    started_ms = int(time.time() * 1000)
     if target is None:
         result = CollectResult(target=f"{device_name}/{protocol}", error=secret_error)
     else:
@@ -119,31 +142,40 @@ def run_collection(endpoint_id: int, groups: list[str], *, settings: Settings | 
         target = target.model_copy(update={"params": params})
         t0 = time.perf_counter()
         try:
-            result = get_collector(protocol)(target, now_ms=int(time.time() * 1000))
+            result = get_collector(protocol)(target, now_ms=started_ms)
         except Exception as exc:  # a collector bug must become a status, not a dead task loop
             log.exception("collector %s crashed on %s", protocol, target.name)
             result = CollectResult(target=target.name, error=f"collector crashed: {type(exc).__name__}: {exc}")
         result.duration_s = result.duration_s or time.perf_counter() - t0
     wanted = set(groups)
-    samples = [s for s in result.samples if group_of(s.metric) in wanted]
+    result.samples = [s for s in result.samples if group_of(s.metric) in wanted]
     COLLECT_SECONDS.labels(protocol).observe(result.duration_s)
     if not result.ok:
         COLLECT_ERRORS.labels(protocol).inc()
+    return PendingStore(endpoint_id, device_id, protocol, groups, started_ms, result)
+
+
+def store_collection(engine: Engine, pending: PendingStore, *, settings: Settings) -> IngestReport:
+    """Samples, link events, neighbours and status of one collection, in one transaction."""
+    result = pending.result
+    started = datetime.fromtimestamp(pending.started_ms / 1000, tz=UTC)
     with engine.begin() as conn:
         ingestor = Ingestor(conn, batch_rows=settings.ingest_batch_rows)
-        for s in samples:
+        for s in result.samples:
             ingestor.add(s)
         report = ingestor.finish()
+        warnings = list(result.warnings)
         if report.rejected:
             # Samples for entities the inventory lacks are kept visible in the target's status.
             unknown = {**report.unknown_ports, **report.unknown_devices, **report.unknown_metrics}
-            result.warnings.append(f"{report.rejected} samples not stored (not in the inventory or catalogue): "
-                                   + ", ".join(sorted(unknown)[:10]))
-        record_link_events(conn, device_id=device_id, result=result, source=protocol)
-        record_neighbors(conn, device_id=device_id, result=result, at=started)
-        record_status(conn, endpoint_id=endpoint_id, result=result, stored=report.written, at=started)
-    return {"target": result.target, "ok": result.ok, "error": result.error, "samples": len(samples),
-            "written": report.written, "rejected": report.rejected}
+            warnings.append(f"{report.rejected} samples not stored (not in the inventory or catalogue): "
+                            + ", ".join(sorted(unknown)[:10]))
+        shown = CollectResult(target=result.target, error=result.error, warnings=warnings,
+                              duration_s=result.duration_s)
+        record_link_events(conn, device_id=pending.device_id, result=result, source=pending.protocol)
+        record_neighbors(conn, device_id=pending.device_id, result=result, at=started)
+        record_status(conn, endpoint_id=pending.endpoint_id, result=shown, stored=report.written, at=started)
+    return report
 
 
 @celery_app.task(name="fabricwatch.collect_target", acks_late=True)

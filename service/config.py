@@ -42,6 +42,7 @@ class Settings(BaseSettings):
     counters_interval_s: float = Field(default=10.0, gt=0)
     optics_interval_s: float = Field(default=60.0, gt=0)
     state_interval_s: float = Field(default=30.0, gt=0)
+    spool_dir: str | None = Field(default=None, description="where collections wait while the database is away")
     dispatch_interval_s: float = Field(default=1.0, gt=0, le=60)
 
     @classmethod
