@@ -1,0 +1,1 @@
+"""Alerts: dedup by fingerprint, hysteresis, grouping (inhibition), silences and maintenance windows."""

@@ -1,0 +1,96 @@
+"""Notification tables: webhook subscriptions, the transactional outbox and the per-attempt delivery log."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from service.db import Base
+
+FORMATS = ("generic", "alertmanager", "pagerduty", "slack")
+OUTBOX_STATES = ("pending", "delivered", "dead")
+
+
+class WebhookSubscription(Base):
+    """A receiver. `secret` and `routing_key` are write-only: stored for signing/sending, never returned."""
+
+    __tablename__ = "webhook_subscriptions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    url: Mapped[str] = mapped_column(Text)
+    format: Mapped[str] = mapped_column(String(16))
+    secret: Mapped[str | None] = mapped_column(Text)
+    routing_key: Mapped[str | None] = mapped_column(Text)
+    filters: Mapped[dict[str, list[str]]] = mapped_column(JSONB, default=dict)
+    send_resolved: Mapped[bool] = mapped_column(Boolean, default=True)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_by: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    __table_args__ = (CheckConstraint("format in ('generic', 'alertmanager', 'pagerduty', 'slack')",
+                                      name="webhook_format"),)
+
+
+class OutboxMessage(Base):
+    """One notification for one subscription, written in the transaction of the alert change.
+
+    `message` is a format-neutral snapshot (the change and the alert as it was); the body is
+    rendered per format at send time, deterministically, so every retry sends the same bytes.
+    """
+
+    __tablename__ = "webhook_outbox"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    subscription_id: Mapped[int] = mapped_column(ForeignKey("webhook_subscriptions.id", ondelete="CASCADE"))
+    alert_id: Mapped[int | None] = mapped_column(ForeignKey("alerts.id", ondelete="SET NULL"))
+    event_id: Mapped[int | None] = mapped_column(ForeignKey("alert_events.id", ondelete="SET NULL"))
+    event: Mapped[str] = mapped_column(String(32))
+    idempotency_key: Mapped[str] = mapped_column(String(200))
+    message: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    last_status_code: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    __table_args__ = (
+        CheckConstraint("status in ('pending', 'delivered', 'dead')", name="outbox_status"),
+        UniqueConstraint("subscription_id", "idempotency_key", name="outbox_subscription_key"),
+        Index("webhook_outbox_due", "next_attempt_at", "id", postgresql_where=text("status = 'pending'")),
+        Index("webhook_outbox_alert", "subscription_id", "alert_id", "id"),
+    )
+
+
+class WebhookDelivery(Base):
+    """One delivery attempt: what the receiver answered, or why nothing was sent."""
+
+    __tablename__ = "webhook_deliveries"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    outbox_id: Mapped[int] = mapped_column(ForeignKey("webhook_outbox.id", ondelete="CASCADE"))
+    subscription_id: Mapped[int] = mapped_column(ForeignKey("webhook_subscriptions.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    outcome: Mapped[str] = mapped_column(String(16))  # delivered | retry | dead
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    duration_ms: Mapped[float] = mapped_column(Float)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.clock_timestamp())
+    __table_args__ = (Index("webhook_deliveries_subscription", "subscription_id", "id"),
+                      Index("webhook_deliveries_outbox", "outbox_id"))
