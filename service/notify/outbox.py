@@ -1,0 +1,233 @@
+"""The transactional outbox: enqueue in the caller's transaction, deliver at least once.
+
+Enqueue runs inside the transaction that changes the alert, so a notification exists if and only
+if the change committed. Delivery claims one due row at a time with `FOR UPDATE SKIP LOCKED` and
+keeps the row locked while it sends: two workers never send the same row at once, and a worker that
+dies mid-send releases the lock with the row still pending, so the row is sent again (same
+Idempotency-Key). Rows for one alert and one subscription go out in order: a resolve never
+overtakes its trigger.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from sqlalchemy import Connection, Engine, insert, select, text
+
+from service.notify import NotifySettings, notify_settings
+from service.notify.models import OutboxMessage, WebhookDelivery, WebhookSubscription
+from service.notify.payloads import render, wants
+from service.notify.signing import DELIVERY_HEADER, EVENT_HEADER, IDEMPOTENCY_HEADER, sign_headers
+from service.notify.urlpolicy import UrlPolicy, UrlRefused, check_url
+
+log = logging.getLogger(__name__)
+
+FILTER_KEYS = ("severity", "kind", "pod", "device")
+USER_AGENT = "fabricwatch-webhook/1"
+
+
+def matches_filters(filters: dict[str, list[str]] | None, alert: dict[str, Any]) -> bool:
+    """Every non-empty filter list must contain the alert's value (empty or absent = any)."""
+    for key in FILTER_KEYS:
+        allowed = (filters or {}).get(key) or []
+        if allowed and str(alert.get(key)) not in allowed:
+            return False
+    return True
+
+
+def enqueue(conn: Connection, *, msg: dict[str, Any], alert_id: int | None, event_id: int | None,
+            subscription_id: int | None = None) -> int:
+    """Write one outbox row per interested, enabled subscription (in the caller's transaction)."""
+    q = select(WebhookSubscription).where(WebhookSubscription.enabled.is_(True))
+    if subscription_id is not None:
+        q = select(WebhookSubscription).where(WebhookSubscription.id == subscription_id)
+    rows = []
+    for sub in conn.execute(q).mappings():
+        if subscription_id is None and not (wants(sub["format"], msg["event"], sub["send_resolved"])
+                                            and matches_filters(sub["filters"], msg["alert"])):
+            continue
+        rows.append({"subscription_id": sub["id"], "alert_id": alert_id, "event_id": event_id,
+                     "event": msg["event"], "idempotency_key": msg["idempotency_key"], "message": msg})
+    if rows:
+        # ON CONFLICT: enqueueing the same change twice (a retried caller) adds nothing.
+        stmt = text("""INSERT INTO webhook_outbox (subscription_id, alert_id, event_id, event, idempotency_key,
+                                                   message)
+                       VALUES (:subscription_id, :alert_id, :event_id, :event, :idempotency_key,
+                               CAST(:message AS jsonb))
+                       ON CONFLICT ON CONSTRAINT outbox_subscription_key DO NOTHING""")
+        conn.execute(stmt, [dict(r, message=json.dumps(r["message"])) for r in rows])
+    return len(rows)
+
+
+@dataclass(slots=True)
+class Attempt:
+    status_code: int | None
+    error: str | None
+    duration_ms: float
+    retry_after_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.status_code is not None and 200 <= self.status_code < 300
+
+
+def _host(url: str) -> str:
+    try:
+        return urlsplit(url).hostname or "?"
+    except ValueError:
+        return "?"
+
+
+def _scrub(msg: str, url: str) -> str:
+    """Error text without the URL's path or query (a Slack webhook URL is itself a secret)."""
+    parts = urlsplit(url)
+    for secret_part in (url, parts.path, parts.query):
+        if secret_part and len(secret_part) > 1:
+            msg = msg.replace(secret_part, "/…")
+    return msg[:500]
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    if value.strip().isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def send(client: httpx.Client, url: str, body: bytes, headers: dict[str, str], policy: UrlPolicy,
+         max_redirects: int) -> Attempt:
+    """POST once, following only 307/308 redirects, each hop checked against the URL policy first."""
+    t0 = time.perf_counter()
+
+    def done(status: int | None, error: str | None, retry_after: float | None = None) -> Attempt:
+        return Attempt(status, error, round((time.perf_counter() - t0) * 1000, 3), retry_after)
+
+    for hop in range(max_redirects + 1):
+        try:
+            check_url(url, policy)
+        except UrlRefused as exc:
+            where = f" (redirect hop {hop})" if hop else ""
+            return done(None, f"refused{where}: {exc}")
+        try:
+            # Stream so the response body is never read: a receiver cannot make us buffer gigabytes.
+            with client.stream("POST", url, content=body, headers=headers) as resp:
+                status, location = resp.status_code, resp.headers.get("location")
+                retry_after = _retry_after(resp.headers.get("retry-after"))
+        except httpx.HTTPError as exc:
+            return done(None, _scrub(f"{type(exc).__name__}: {exc}", url))
+        if status in (307, 308) and location:
+            url = str(httpx.URL(url).join(location))
+            continue
+        if 300 <= status < 400:
+            return done(status, f"redirect {status} not followed (only 307/308 keep the POST body)")
+        if 200 <= status < 300:
+            return done(status, None)
+        return done(status, f"HTTP {status}", retry_after)
+    return done(None, f"more than {max_redirects} redirects")
+
+
+def backoff_s(attempt: int, settings: NotifySettings, retry_after: float | None = None) -> float:
+    """Exponential backoff with 0-25 % jitter (so a recovered receiver is not hit by a thundering herd)."""
+    delay = min(settings.backoff_max_s, settings.backoff_base_s * 2 ** max(0, attempt - 1))
+    delay *= random.uniform(1.0, 1.25)
+    if retry_after is not None:
+        delay = max(delay, min(retry_after, settings.backoff_max_s))
+    return delay
+
+
+_CLAIM = """
+SELECT o.id, o.subscription_id, o.alert_id, o.event, o.idempotency_key, o.message, o.attempts,
+       s.name, s.url, s.format, s.secret, s.routing_key
+FROM webhook_outbox o JOIN webhook_subscriptions s ON s.id = o.subscription_id
+WHERE o.status = 'pending' AND {where}
+  AND NOT EXISTS (SELECT 1 FROM webhook_outbox p
+                  WHERE p.subscription_id = o.subscription_id AND p.alert_id = o.alert_id
+                    AND p.status = 'pending' AND p.id < o.id)
+ORDER BY o.next_attempt_at, o.id
+LIMIT 1
+FOR UPDATE OF o SKIP LOCKED
+"""
+_CLAIM_DUE = text(_CLAIM.format(where="s.enabled AND o.next_attempt_at <= clock_timestamp()"))
+_CLAIM_ONE = text(_CLAIM.format(where="o.id = :id"))
+
+
+def _attempt(conn: Connection, client: httpx.Client, row: Any, settings: NotifySettings,
+             policy: UrlPolicy) -> str:
+    attempt_no = row.attempts + 1
+    body = render(row.format, row.message, receiver=row.name, routing_key=row.routing_key,
+                  public_url=settings.public_url)
+    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT,
+               IDEMPOTENCY_HEADER: row.idempotency_key, EVENT_HEADER: row.event,
+               DELIVERY_HEADER: f"{row.id}/{attempt_no}", **sign_headers(row.secret, body)}
+    result = send(client, row.url, body, headers, policy, settings.max_redirects)
+    if result.ok:
+        outcome = "delivered"
+        conn.execute(text("""UPDATE webhook_outbox SET status = 'delivered', attempts = :n, delivered_at =
+                             clock_timestamp(), last_status_code = :code, last_error = NULL WHERE id = :id"""),
+                     {"n": attempt_no, "code": result.status_code, "id": row.id})
+    else:
+        outcome = "dead" if attempt_no >= settings.max_attempts else "retry"
+        delay = backoff_s(attempt_no, settings, result.retry_after_s)
+        conn.execute(text("""UPDATE webhook_outbox SET status = :st, attempts = :n, last_status_code = :code,
+                             last_error = :err, next_attempt_at = clock_timestamp() + make_interval(secs => :d)
+                             WHERE id = :id"""),
+                     {"st": "dead" if outcome == "dead" else "pending", "n": attempt_no,
+                      "code": result.status_code, "err": result.error, "d": delay, "id": row.id})
+    conn.execute(insert(WebhookDelivery).values(
+        outbox_id=row.id, subscription_id=row.subscription_id, attempt=attempt_no, outcome=outcome,
+        status_code=result.status_code, error=result.error, duration_ms=result.duration_ms))
+    # Host only: the path of a Slack URL is a credential, and the secret never reaches a log.
+    log.info("webhook %s message %s attempt %s to %s: %s %s", row.subscription_id, row.id, attempt_no,
+             _host(row.url), outcome, result.status_code or result.error)
+    return outcome
+
+
+def _client(settings: NotifySettings) -> httpx.Client:
+    return httpx.Client(timeout=settings.timeout_s, follow_redirects=False, trust_env=False)
+
+
+def deliver_due(engine: Engine, *, settings: NotifySettings | None = None, limit: int = 200,
+                budget_s: float = 20.0) -> dict[str, int]:
+    """Send due outbox rows, one claimed row per transaction, until none is due, `limit` or `budget_s`."""
+    settings = settings or notify_settings()
+    policy = UrlPolicy.from_lists(settings.allow, settings.deny)
+    counts: Counter[str] = Counter()
+    deadline = time.monotonic() + budget_s
+    with _client(settings) as client:
+        while counts["attempted"] < limit and time.monotonic() < deadline:
+            with engine.begin() as conn:
+                row = conn.execute(_CLAIM_DUE).first()
+                if row is None:
+                    break
+                counts[_attempt(conn, client, row, settings, policy)] += 1
+            counts["attempted"] += 1
+    return dict(counts)
+
+
+def deliver_now(engine: Engine, *, outbox_id: int, settings: NotifySettings | None = None) -> str | None:
+    """Attempt one row immediately, due or not (test-fire); None if it is locked or not pending."""
+    settings = settings or notify_settings()
+    policy = UrlPolicy.from_lists(settings.allow, settings.deny)
+    with _client(settings) as client, engine.begin() as conn:
+        row = conn.execute(_CLAIM_ONE, {"id": outbox_id}).first()
+        return None if row is None else _attempt(conn, client, row, settings, policy)
+
+
+def outbox_row(conn: Connection, outbox_id: int) -> dict[str, Any] | None:
+    row = conn.execute(select(OutboxMessage).where(OutboxMessage.id == outbox_id)).mappings().first()
+    return dict(row) if row else None
