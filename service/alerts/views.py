@@ -1,0 +1,182 @@
+"""Alert endpoints: list/get/ack/resolve/comment, silences and maintenance windows (router `router`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Response
+
+from service.alerts import service
+from service.alerts.schemas import (
+    AlertAction,
+    AlertDetail,
+    AlertEventRead,
+    AlertPage,
+    AlertRead,
+    CommentCreate,
+    MaintenanceCreate,
+    MaintenanceRead,
+    MaintenanceUpdate,
+    SilenceCreate,
+    SilenceRead,
+    SilenceUpdate,
+)
+from service.api.auth import OperateScope, ReadScope
+from service.api.deps import EngineDep
+from service.api.problems import Problem
+
+router = APIRouter(prefix="/api/v1", tags=["alerts"])
+
+Multi = Annotated[list[str] | None, Query()]
+Sort = Literal["-created", "created", "-updated", "updated", "-opened", "opened"]
+
+
+def _not_found(what: str, ident: int) -> Problem:
+    return Problem(404, "Not found", f"no {what} with id {ident}")
+
+
+@router.get("/alerts", response_model=AlertPage, summary="Alerts, newest first; keyset-paginated")
+def list_alerts(engine: EngineDep, _: ReadScope, state: Multi = None, severity: Multi = None, kind: Multi = None,
+                device: Multi = None, pod: Multi = None, cause: Multi = None, sort: Sort = "-created",
+                limit: Annotated[int, Query(ge=1, le=500)] = 100, cursor: str | None = None) -> AlertPage:
+    with engine.connect() as conn:
+        try:
+            items, nxt = service.list_alerts(conn=conn, state=state, severity=severity, kind=kind, device=device,
+                                             pod=pod, cause=cause, sort=sort, limit=limit, cursor=cursor)
+        except ValueError as exc:
+            raise Problem(400, "Bad parameter", str(exc)) from None
+    return AlertPage(items=[AlertRead(**r) for r in items], next_cursor=nxt)
+
+
+@router.get("/alerts/{alert_id}", response_model=AlertDetail, summary="One alert with its history")
+def get_alert(alert_id: int, engine: EngineDep, _: ReadScope) -> AlertDetail:
+    with engine.connect() as conn:
+        row = service.get_alert(conn=conn, alert_id=alert_id, with_events=True)
+    if row is None:
+        raise _not_found("alert", alert_id)
+    return AlertDetail(**row)
+
+
+def _act(engine: EngineDep, alert_id: int, fn: str, actor: str, comment: str | None) -> AlertRead:
+    try:
+        with engine.begin() as conn:
+            row = getattr(service, fn)(conn=conn, alert_id=alert_id, actor=actor, comment=comment)
+    except service.AlertNotFound:
+        raise _not_found("alert", alert_id) from None
+    except service.AlertStateError as exc:
+        raise Problem(409, "Conflict", str(exc)) from None
+    return AlertRead(**row)
+
+
+@router.post("/alerts/{alert_id}/ack", response_model=AlertRead, summary="Acknowledge (idempotent)")
+def ack(alert_id: int, engine: EngineDep, who: OperateScope, body: AlertAction | None = None) -> AlertRead:
+    return _act(engine, alert_id, "acknowledge", who.name, body.comment if body else None)
+
+
+@router.post("/alerts/{alert_id}/resolve", response_model=AlertRead, summary="Resolve by hand (idempotent)")
+def resolve(alert_id: int, engine: EngineDep, who: OperateScope, body: AlertAction | None = None) -> AlertRead:
+    return _act(engine, alert_id, "resolve", who.name, body.comment if body else None)
+
+
+@router.post("/alerts/{alert_id}/comments", response_model=AlertEventRead, status_code=201)
+def comment(alert_id: int, body: CommentCreate, engine: EngineDep, who: OperateScope) -> AlertEventRead:
+    try:
+        with engine.begin() as conn:
+            ev = service.add_comment(conn=conn, alert_id=alert_id, actor=who.name, comment=body.comment)
+    except service.AlertNotFound:
+        raise _not_found("alert", alert_id) from None
+    return AlertEventRead(**ev)
+
+
+# --- silences ---
+
+@router.get("/silences", response_model=list[SilenceRead], tags=["silences"])
+def list_silences(engine: EngineDep, _: ReadScope) -> list[SilenceRead]:
+    with engine.connect() as conn:
+        return [SilenceRead(**r) for r in service.list_silences(conn=conn)]
+
+
+@router.post("/silences", response_model=SilenceRead, status_code=201, tags=["silences"])
+def create_silence(body: SilenceCreate, engine: EngineDep, who: OperateScope) -> SilenceRead:
+    with engine.begin() as conn:
+        row = service.create_silence(conn=conn, matchers=[m.model_dump() for m in body.matchers],
+                                     starts_at=body.starts_at, ends_at=body.ends_at, created_by=who.name,
+                                     comment=body.comment)
+    return SilenceRead(**row)
+
+
+@router.get("/silences/{silence_id}", response_model=SilenceRead, tags=["silences"])
+def get_silence(silence_id: int, engine: EngineDep, _: ReadScope) -> SilenceRead:
+    with engine.connect() as conn:
+        row = service.get_silence(conn=conn, silence_id=silence_id)
+    if row is None:
+        raise _not_found("silence", silence_id)
+    return SilenceRead(**row)
+
+
+@router.patch("/silences/{silence_id}", response_model=SilenceRead, tags=["silences"])
+def update_silence(silence_id: int, body: SilenceUpdate, engine: EngineDep, _: OperateScope) -> SilenceRead:
+    values = body.model_dump(exclude_unset=True)
+    with engine.begin() as conn:
+        current = service.get_silence(conn=conn, silence_id=silence_id)
+        if current is None:
+            raise _not_found("silence", silence_id)
+        if values.get("starts_at", current["starts_at"]) >= values.get("ends_at", current["ends_at"]):
+            raise Problem(422, "Invalid request", "ends_at must be after starts_at")
+        row = service.update_silence(conn=conn, silence_id=silence_id, **values)
+    return SilenceRead(**row)  # type: ignore[arg-type]
+
+
+@router.delete("/silences/{silence_id}", status_code=204, tags=["silences"], summary="Expire now (kept)")
+def expire_silence(silence_id: int, engine: EngineDep, _: OperateScope) -> Response:
+    with engine.begin() as conn:
+        if not service.expire_silence(conn=conn, silence_id=silence_id):
+            raise _not_found("silence", silence_id)
+    return Response(status_code=204)
+
+
+# --- maintenance windows ---
+
+@router.get("/maintenance", response_model=list[MaintenanceRead], tags=["maintenance"])
+def list_maintenance(engine: EngineDep, _: ReadScope) -> list[MaintenanceRead]:
+    with engine.connect() as conn:
+        return [MaintenanceRead(**r) for r in service.list_maintenance(conn=conn)]
+
+
+@router.post("/maintenance", response_model=MaintenanceRead, status_code=201, tags=["maintenance"])
+def create_maintenance(body: MaintenanceCreate, engine: EngineDep, who: OperateScope) -> MaintenanceRead:
+    with engine.begin() as conn:
+        row = service.create_maintenance(conn=conn, device=body.device, port=body.port, starts_at=body.starts_at,
+                                         ends_at=body.ends_at, created_by=who.name, comment=body.comment)
+    return MaintenanceRead(**row)
+
+
+@router.get("/maintenance/{window_id}", response_model=MaintenanceRead, tags=["maintenance"])
+def get_maintenance(window_id: int, engine: EngineDep, _: ReadScope) -> MaintenanceRead:
+    with engine.connect() as conn:
+        row = service.get_maintenance(conn=conn, window_id=window_id)
+    if row is None:
+        raise _not_found("maintenance window", window_id)
+    return MaintenanceRead(**row)
+
+
+@router.patch("/maintenance/{window_id}", response_model=MaintenanceRead, tags=["maintenance"])
+def update_maintenance(window_id: int, body: MaintenanceUpdate, engine: EngineDep,
+                       _: OperateScope) -> MaintenanceRead:
+    values = body.model_dump(exclude_unset=True)
+    with engine.begin() as conn:
+        current = service.get_maintenance(conn=conn, window_id=window_id)
+        if current is None:
+            raise _not_found("maintenance window", window_id)
+        if values.get("starts_at", current["starts_at"]) >= values.get("ends_at", current["ends_at"]):
+            raise Problem(422, "Invalid request", "ends_at must be after starts_at")
+        row = service.update_maintenance(conn=conn, window_id=window_id, **values)
+    return MaintenanceRead(**row)  # type: ignore[arg-type]
+
+
+@router.delete("/maintenance/{window_id}", status_code=204, tags=["maintenance"], summary="End now (kept)")
+def end_maintenance(window_id: int, engine: EngineDep, _: OperateScope) -> Response:
+    with engine.begin() as conn:
+        if not service.end_maintenance(conn=conn, window_id=window_id):
+            raise _not_found("maintenance window", window_id)
+    return Response(status_code=204)
