@@ -10,6 +10,8 @@ from fastapi import FastAPI, Request, Response
 from service.api import health, problems
 from service.config import Settings, get_settings
 from service.db import get_engine
+from service.drains import views as drain_views
+from service.incidents import views as incident_views
 from service.observability import REQUEST_SECONDS
 from service.telemetry import views as telemetry_views
 
@@ -35,4 +37,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.include_router(health.router)
     app.include_router(telemetry_views.router)
+    app.include_router(incident_views.router)
+    app.include_router(drain_views.router)
     return app
