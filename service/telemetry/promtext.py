@@ -87,50 +87,100 @@ def _parse_value(tok: str) -> float:
         raise ValueError(f"value {tok!r} is not a number") from None
 
 
-def parse_lines(lines: Iterable[str], source: str = "body") -> Iterator[PromLine]:
-    """Yield one PromLine per sample line; raise PromParseError at the first bad line."""
-    cache: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
+class ParsedSeries:
+    """A parsed `name{labels}`; one object per distinct series text of a stream.
+
+    `tag` is never read by the parser: a consumer may keep what it made of the series
+    there (the ingestor keeps its series slot), which saves a second lookup per line.
+    """
+
+    __slots__ = ("labels", "name", "tag")
+
+    def __init__(self, name: str, labels: tuple[tuple[str, str], ...]) -> None:
+        self.name, self.labels = name, labels
+        self.tag: object = None
+
+
+# What `iter_samples` yields per sample line: the raw `name{labels}` text, its parsed form,
+# the value, the timestamp (None if absent) and the 1-based line number.
+PromSample = tuple[str, ParsedSeries, float, int | None, int]
+
+
+def iter_samples(lines: Iterable[str], source: str = "body") -> Iterator[PromSample]:
+    """Yield one PromSample per sample line; raise PromParseError at the first bad line.
+
+    The common shape `name{labels} value [ts]` of an already-seen series takes one rsplit and
+    the number conversions. It is only taken when its result is the one the full parser
+    gives: the series text is a cached, valid one (a cut inside a quoted label value is
+    never valid), the value and timestamp convert, and the line is not over-long. Anything
+    else goes through `_parse_line`, which also produces the precise error.
+    """
+    cache: dict[str, ParsedSeries] = {}
     for lineno, raw in enumerate(lines, 1):
-        if len(raw) > MAX_LINE_BYTES:
-            raise PromParseError(lineno, f"line longer than {MAX_LINE_BYTES} bytes", source)
-        line = raw.strip()
-        if not line or line[0] == "#":
-            continue
-        brace, space = line.find("{"), line.find(" ")
-        if brace != -1 and (space == -1 or brace < space):
-            end = line.rfind("}")
-            if end == -1:
-                raise PromParseError(lineno, "label set is not closed with '}'", source)
-            series, rest = line[: end + 1], line[end + 1 :]
-        elif space == -1:
-            raise PromParseError(lineno, "missing value after the metric name", source)
-        else:
-            series, rest = line[:space], line[space:]
-        parsed = cache.get(series)
-        if parsed is None:
+        parts = raw.rsplit(" ", 2)
+        parsed = cache.get(parts[0])
+        if parsed is not None and len(raw) <= MAX_LINE_BYTES:
             try:
-                parsed = _parse_series(series)
-            except ValueError as exc:
-                raise PromParseError(lineno, str(exc), source) from None
-            if len(cache) < _CACHE_LIMIT:
-                cache[series] = parsed
-        parts = rest.split()
-        if not parts:
-            raise PromParseError(lineno, "missing value", source)
-        if len(parts) > 2:
-            raise PromParseError(lineno, f"unexpected text after the timestamp: {parts[2]!r}", source)
+                value = float(parts[1])
+                ts_ms = int(parts[2]) if len(parts) == 3 else None
+            except (ValueError, IndexError):
+                pass
+            else:
+                yield parts[0], parsed, value, ts_ms, lineno
+                continue
+        sample = _parse_line(raw, lineno, source, cache)
+        if sample is not None:
+            yield sample
+
+
+def _parse_line(raw: str, lineno: int, source: str, cache: dict[str, ParsedSeries]) -> PromSample | None:
+    """Parse one line in full: None for blank and comment lines, PromParseError if malformed."""
+    if len(raw) > MAX_LINE_BYTES:
+        raise PromParseError(lineno, f"line longer than {MAX_LINE_BYTES} bytes", source)
+    line = raw.strip()
+    if not line or line[0] == "#":
+        return None
+    brace, space = line.find("{"), line.find(" ")
+    if brace != -1 and (space == -1 or brace < space):
+        end = line.rfind("}")
+        if end == -1:
+            raise PromParseError(lineno, "label set is not closed with '}'", source)
+        series, rest = line[: end + 1], line[end + 1 :]
+    elif space == -1:
+        raise PromParseError(lineno, "missing value after the metric name", source)
+    else:
+        series, rest = line[:space], line[space:]
+    parsed = cache.get(series)
+    if parsed is None:
         try:
-            value = _parse_value(parts[0])
+            parsed = ParsedSeries(*_parse_series(series))
         except ValueError as exc:
             raise PromParseError(lineno, str(exc), source) from None
-        ts_ms: int | None = None
-        if len(parts) == 2:
-            try:
-                ts_ms = int(parts[1])
-            except ValueError:
-                raise PromParseError(lineno, f"timestamp {parts[1]!r} is not integer milliseconds",
-                                     source) from None
-        yield PromLine(lineno, parsed[0], parsed[1], value, ts_ms, series)
+        if len(cache) < _CACHE_LIMIT:
+            cache[series] = parsed
+    parts = rest.split()
+    if not parts:
+        raise PromParseError(lineno, "missing value", source)
+    if len(parts) > 2:
+        raise PromParseError(lineno, f"unexpected text after the timestamp: {parts[2]!r}", source)
+    try:
+        value = _parse_value(parts[0])
+    except ValueError as exc:
+        raise PromParseError(lineno, str(exc), source) from None
+    ts_ms: int | None = None
+    if len(parts) == 2:
+        try:
+            ts_ms = int(parts[1])
+        except ValueError:
+            raise PromParseError(lineno, f"timestamp {parts[1]!r} is not integer milliseconds",
+                                 source) from None
+    return series, parsed, value, ts_ms, lineno
+
+
+def parse_lines(lines: Iterable[str], source: str = "body") -> Iterator[PromLine]:
+    """Yield one PromLine per sample line; raise PromParseError at the first bad line."""
+    for series, parsed, value, ts_ms, lineno in iter_samples(lines, source):
+        yield PromLine(lineno, parsed.name, parsed.labels, value, ts_ms, series)
 
 
 def parse_text(text: str, source: str = "body") -> list[PromLine]:
