@@ -13,7 +13,7 @@ from service.observability import INGEST_ERRORS, INGESTED_ROWS
 from service.telemetry import catalogue
 from service.telemetry.counters import rates
 from service.telemetry.ingest import Ingestor, IngestReport
-from service.telemetry.promtext import PromParseError, parse_lines
+from service.telemetry.promtext import PromParseError, iter_samples
 from service.telemetry.samples import Sample
 
 
@@ -31,10 +31,9 @@ def import_prometheus(
     try:
         with engine.begin() as conn:
             ingestor = Ingestor(conn, batch_rows=batch_rows)
-            for n, line in enumerate(parse_lines(lines, source), 1):
-                ingestor.add_prom(line, default_ts)
-                if on_progress is not None and n % 10_000 == 0:
-                    on_progress(n)
+            # Rows are stored while the lines are still being parsed; a PromParseError (or
+            # any error) aborts that and rolls back the whole transaction.
+            ingestor.add_prom_lines(iter_samples(lines, source), default_ts, on_progress)
             report = ingestor.finish()
     except PromParseError:
         INGEST_ERRORS.labels(reason="parse").inc()
