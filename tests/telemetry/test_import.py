@@ -139,3 +139,70 @@ def test_gzip_body_and_size_limit(db: Engine, db_url: str) -> None:
     r = small.post("/api/v1/import/prometheus", content=big)
     assert r.status_code == 413 and "exceeds the limit" in r.json()["detail"]
     assert _count(db, "samples") == 40
+
+
+def test_duplicates_inside_one_file_are_stored_once(client: TestClient, db: Engine) -> None:
+    # A new series goes straight into `samples` by COPY only while its timestamps increase;
+    # a repeated or older timestamp takes the ON CONFLICT route and counts as a duplicate.
+    add_hosts(db, 1)
+    key = 'port_tx_bytes_total{device="h-000",port="eth1"}'
+    body = "\n".join([f"{key} 1 {T0}", f"{key} 2 {T0 + STEP}", f"{key} 9 {T0}",  # repeat of T0
+                      f"{key} 3 {T0 - STEP}",  # older, not a duplicate
+                      f"{key} 4 {T0 + 2 * STEP}", f"{key} 4 {T0 + 2 * STEP}"])
+    report = client.post("/api/v1/import/prometheus", content=body).json()
+    assert report["written"] == 4 and report["duplicates"] == 2
+    with db.connect() as conn:
+        rows = conn.execute(text("SELECT value FROM samples ORDER BY ts")).scalars().all()
+    assert rows == [3.0, 1.0, 2.0, 4.0]  # the first value of a repeated timestamp wins
+
+
+def test_malformed_line_after_100k_good_ones_writes_nothing(client: TestClient, db: Engine) -> None:
+    # By line 100k rows have been streamed into `samples` (and series created); the error
+    # must still leave nothing behind.
+    hosts = add_hosts(db, 5)
+    good = [f'optic_rx_power_dbm{{device="{h}",port="eth{p}",lane="{ln}"}} -1.5 {T0 + t * STEP}'
+            for t in range(625) for h in hosts for p in range(8) for ln in range(4)][:100_000]
+    r = client.post("/api/v1/import/prometheus", content="\n".join([*good, "port_rx_bytes_total 1 x"]))
+    assert r.status_code == 400 and r.json()["line"] == 100_001
+    assert _count(db, "samples") == 0 and _count(db, "series") == 0
+
+
+def test_reimport_of_overlapping_data(client: TestClient, db: Engine) -> None:
+    # Existing series take the ON CONFLICT route: the overlap counts as duplicates, the
+    # rest is stored, and new series in the same file still go straight in.
+    add_hosts(db, 1)
+    first = [f'port_tx_bytes_total{{device="h-000",port="eth1"}} {i} {T0 + i * STEP}' for i in range(100)]
+    assert client.post("/api/v1/import/prometheus", content="\n".join(first)).json()["written"] == 100
+    second = [f'port_tx_bytes_total{{device="h-000",port="eth1"}} {i} {T0 + i * STEP}' for i in range(50, 150)]
+    second += [f'port_rx_bytes_total{{device="h-000",port="eth1"}} {i} {T0 + i * STEP}' for i in range(10)]
+    report = client.post("/api/v1/import/prometheus", content="\n".join(second)).json()
+    assert report["written"] == 60 and report["duplicates"] == 50
+    assert _count(db, "samples") == 160
+
+
+def test_fast_path_parses_like_the_full_parser() -> None:
+    from service.telemetry.promtext import PromParseError, _parse_line, iter_samples
+
+    lines = ['x{a="b c"} 1\n', 'x{a="b c"} 1 5\n', "x 1\n", "x 1 2\n", 'x{a="1",b="} 2"} 5 6\n',
+             'x{a="1"} 2} 3\n', 'x{a="1"} NaN 3\n', 'x{a="1"} +Inf 3\r\n', " x 1 2\n", "x  1 2\n", "x 1 2 \n",
+             'x{a="q\\"} z"} 1 2\n', 'x{a="q\\"} z"} 1\n', "# x 1 2\n", "\n", "x\t1\t2\n", "x{} 1\n", "x 1 2 3\n"]
+
+    def run(fast: bool, ls: list[str]) -> list[str]:
+        out, cache = [], {}
+        try:
+            if fast:
+                for s, p, v, t, n in iter_samples(ls):
+                    out.append(repr((s, p.name, p.labels, v, t, n)))
+            else:
+                for n, raw in enumerate(ls, 1):
+                    r = _parse_line(raw, n, "body", cache)
+                    if r is not None:
+                        out.append(repr((r[0], r[1].name, r[1].labels, *r[2:])))
+        except PromParseError as exc:
+            out.append(str(exc))
+        return out
+
+    rng = random.Random(3)
+    for _ in range(3000):
+        ls = [rng.choice(lines) for _ in range(6)]
+        assert run(True, ls) == run(False, ls), ls
