@@ -1,8 +1,10 @@
 """A real HTTP webhook receiver on 127.0.0.1 for tests: records every request, answers as scripted.
 
 `stop()` closes the listening socket (clients get connection refused, like a receiver that is down);
-`start()` listens again on the same port. `script` holds (status, headers) answers used in order
-before falling back to 200; `delay_s` slows every answer (to hold rows locked during delivery).
+`start()` listens again on the same port. `script` holds (status, headers[, delay_s]) answers used in
+order before falling back to 200; `delay_s` slows every answer (to hold rows locked during delivery).
+A request is recorded before it is answered, so a slow answer that times out the client still
+counts as received (a lost acknowledgement).
 """
 
 from __future__ import annotations
@@ -28,12 +30,15 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     daemon_threads = True
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that timed out and hung up is part of the tests, not an error
+
 
 class Receiver:
     def __init__(self, host: str = "127.0.0.1") -> None:
         self.host, self.port = host, 0
         self.requests: list[Received] = []
-        self.script: deque[tuple[int, dict[str, str]]] = deque()
+        self.script: deque[tuple[Any, ...]] = deque()
         self.delay_s = 0.0
         self._lock = threading.Lock()
         self._server: _Server | None = None
@@ -48,9 +53,9 @@ class Receiver:
                 with receiver._lock:
                     receiver.requests.append(Received("POST", self.path, {k.lower(): v for k, v in
                                                                           self.headers.items()}, body))
-                    status, headers = receiver.script.popleft() if receiver.script else (200, {})
-                if receiver.delay_s:
-                    time.sleep(receiver.delay_s)
+                    status, headers, *delay = receiver.script.popleft() if receiver.script else (200, {})
+                if delay or receiver.delay_s:
+                    time.sleep(delay[0] if delay else receiver.delay_s)
                 self.send_response(status)
                 for k, v in headers.items():
                     self.send_header(k, v)
