@@ -133,7 +133,17 @@ def _record(conn: Connection, cs: ChangeSet | None, row: dict[str, Any], event: 
         cs.changes.append(change)
     for fn in _listeners:
         fn(conn, change)
+    _publish(conn, change)
     return change
+
+
+def _publish(conn: Connection, change: AlertChange) -> None:
+    """Tell live clients (SSE) after commit, when the events module is present (another domain's)."""
+    try:
+        from service.events import publish
+    except ImportError:
+        return
+    publish(conn, "alert", {"id": change.alert_id, "event": change.event, "state": change.to_state})
 
 
 def _set(conn: Connection, row: dict[str, Any], *, bump: bool = True, **values: Any) -> None:
