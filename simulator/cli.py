@@ -93,3 +93,60 @@ def generate_cmd(
                   f"{r.series:,} series on {r.ports:,} ports ({r.seconds:.1f} s, {rate:,.0f} samples/s)")
     console.print(f"[green]wrote[/green] {r.inventory_file}")
     console.print(f"[green]wrote[/green] {r.ground_truth_file}: {r.faults} fault(s)")
+
+
+@app.command("serve")
+def serve_cmd(
+    scenario: Annotated[Path | None, typer.Option("--scenario", "-s", help="scenario YAML; default: a small "
+                                                  "fault-free fabric")] = None,
+    speedup: Annotated[float, typer.Option(help="data seconds per wall second")] = 1.0,
+    out: Annotated[Path, typer.Option("--dir", "-d", help="where inventory, ground truth and host trees go")]
+    = Path("sim-live"),
+    tick: Annotated[float, typer.Option(help="wall seconds between steps")] = 1.0,
+    poll_interval: Annotated[float | None, typer.Option(help="poll interval written into the inventory (s)")]
+    = None,
+    snmp: Annotated[bool, typer.Option(help="serve SNMP agents")] = True,
+    gnmi: Annotated[bool, typer.Option(help="serve gNMI targets")] = True,
+    host: Annotated[bool, typer.Option(help="write host sysfs/ethtool trees")] = True,
+    host_root: Annotated[Path | None, typer.Option(help="where host trees go (default DIR/hosts; a tmpfs "
+                                                   "such as /dev/shm/... is much cheaper per step)")] = None,
+) -> None:
+    """Serve a live fabric on 127.0.0.1 (SNMP, gNMI, host trees) until Ctrl-C or SIGTERM."""
+    import signal
+    import threading
+
+    from simulator.serve import COMMUNITY_ENV, serve_fabric
+
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            live = serve_fabric(scenario, speedup=speedup, base_dir=out, tick_s=tick, poll_interval_s=poll_interval,
+                                snmp=snmp, gnmi=gnmi, host=host, host_root=host_root)
+        except ScenarioError as exc:
+            console.print(f"[red]scenario error:[/red] {exc}")
+            raise typer.Exit(2) from None
+        except ValueError as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(2) from None
+        with live:
+            console.print(f"[green]serving[/green] {len(live.switches)} switches, {len(live.hosts)} hosts "
+                          f"(speedup {speedup:g}, a step every {tick:g} s)")
+            for d in live.switches:
+                parts = [f"snmp udp/{live.snmp_ports[d]}" if d in live.snmp_ports else "",
+                         f"gnmi tcp/{live.gnmi_ports[d]}" if d in live.gnmi_ports else ""]
+                console.print(f"  {d}: " + ", ".join(p for p in parts if p))
+            for h, root in live.host_dirs.items():
+                console.print(f"  {h}: sysfs_root {root}  (ethtool shim: {root / 'bin' / 'ethtool'})")
+            console.print(f"[green]inventory[/green] {live.inventory_path}")
+            console.print(f"[green]ground truth[/green] {live.truth_path}")
+            console.print(f"  export {COMMUNITY_ENV}={live.community}")
+            console.print(f"  fabricwatch inventory load {live.inventory_path}")
+            console.print("Ctrl-C stops.")
+            while not stop.wait(0.5):
+                pass
+            cost = sorted(live.step_costs)
+            console.print(f"stopping after {len(cost)} steps (median step {1000 * cost[len(cost) // 2]:.1f} ms)")
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
