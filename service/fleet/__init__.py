@@ -1,0 +1,1 @@
+"""Fleet views: the topology graph with health and the NOC summary."""

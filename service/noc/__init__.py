@@ -1,0 +1,1 @@
+"""The built-in NOC page: static HTML, CSS and plain JavaScript, live over SSE."""
