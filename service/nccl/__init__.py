@@ -1,0 +1,1 @@
+"""NCCL performance baselines: nccl-tests output parsing, runs, baselines and regression alerts."""
