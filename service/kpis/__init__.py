@@ -1,0 +1,1 @@
+"""Fabric health KPIs (utilization, PFC/ECN/CNP, availability, flaps) and fault recovery times."""
