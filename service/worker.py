@@ -31,11 +31,12 @@ def configure(app: Celery, settings: Settings) -> Celery:
         task_default_queue=DEFAULT_QUEUE,
         timezone="UTC",
         enable_utc=True,
-        imports=("collectors.tasks", "service.telemetry.tasks"),
+        imports=("collectors.tasks", "service.telemetry.tasks", "service.notify.tasks"),
         beat_schedule={
             "dispatch-collections": {"task": "fabricwatch.dispatch_collections",
                                      "schedule": settings.dispatch_interval_s},
             "maintain-partitions": {"task": "fabricwatch.maintain_partitions", "schedule": 3600.0},
+            "deliver-webhooks": {"task": "fabricwatch.deliver_outbox", "schedule": settings.webhook_poll_s},
         },
     )
     return app

@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import os
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -36,7 +35,6 @@ from service.detection.findings import Finding
 from service.notify import payloads
 from service.notify.outbox import enqueue
 
-DEFAULT_CLEAR_CYCLES = 3
 SEVERITY_RANK = {"info": 0, "ticket": 1, "page": 2}
 MATCHER_LABELS = ("kind", "device", "port", "lane", "pod", "severity", "cause", "scope", "peer_device",
                   "peer_port", "fingerprint")
@@ -55,8 +53,10 @@ class AlertStateError(ValueError):
 
 
 def clear_cycles_setting() -> int:
-    """FABRICWATCH_ALERT_CLEAR_CYCLES (to move into service.config): absent cycles before auto-resolve."""
-    return max(1, int(os.environ.get("FABRICWATCH_ALERT_CLEAR_CYCLES", DEFAULT_CLEAR_CYCLES)))
+    """Absent cycles before auto-resolve (FABRICWATCH_ALERT_CLEAR_CYCLES)."""
+    from service.config import load_settings
+
+    return load_settings().alert_clear_cycles
 
 
 def now_ms() -> int:

@@ -7,11 +7,13 @@ from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI, Request, Response
 
+from service.alerts import views as alert_views
 from service.api import health, problems
 from service.config import Settings, get_settings
 from service.db import get_engine
 from service.drains import views as drain_views
 from service.incidents import views as incident_views
+from service.notify import views as notify_views
 from service.observability import REQUEST_SECONDS
 from service.telemetry import views as telemetry_views
 
@@ -37,6 +39,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.include_router(health.router)
     app.include_router(telemetry_views.router)
+    app.include_router(alert_views.router)
+    app.include_router(notify_views.router)
     app.include_router(incident_views.router)
     app.include_router(drain_views.router)
     return app

@@ -1,12 +1,7 @@
-"""Notifications: webhook subscriptions, payload formats, signing, and the transactional outbox.
-
-`notify_settings()` is the one place that reads this package's settings (FABRICWATCH_WEBHOOK_*
-and FABRICWATCH_PUBLIC_URL) until they move into service.config.Settings.
-"""
+"""Notifications: webhook subscriptions, payload formats, signing, and the transactional outbox."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 
@@ -22,20 +17,17 @@ class NotifySettings:
     public_url: str | None = None        # base URL for links back to fabricwatch in payloads
 
 
-def _csv(name: str) -> tuple[str, ...]:
-    return tuple(p.strip() for p in os.environ.get(name, "").split(",") if p.strip())
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in value.split(",") if p.strip())
 
 
 def notify_settings() -> NotifySettings:
-    """Read FABRICWATCH_WEBHOOK_* from the environment (to be replaced by service.config fields)."""
-    env, d = os.environ.get, NotifySettings()
+    """This package's settings, from service.config (environment and config file, read afresh)."""
+    from service.config import load_settings
+
+    cfg = load_settings()
     return NotifySettings(
-        allow=_csv("FABRICWATCH_WEBHOOK_ALLOW"),
-        deny=_csv("FABRICWATCH_WEBHOOK_DENY"),
-        timeout_s=float(env("FABRICWATCH_WEBHOOK_TIMEOUT_S", d.timeout_s)),
-        max_attempts=int(env("FABRICWATCH_WEBHOOK_MAX_ATTEMPTS", d.max_attempts)),
-        backoff_base_s=float(env("FABRICWATCH_WEBHOOK_BACKOFF_BASE_S", d.backoff_base_s)),
-        backoff_max_s=float(env("FABRICWATCH_WEBHOOK_BACKOFF_MAX_S", d.backoff_max_s)),
-        max_redirects=int(env("FABRICWATCH_WEBHOOK_MAX_REDIRECTS", d.max_redirects)),
-        public_url=env("FABRICWATCH_PUBLIC_URL") or None,
-    )
+        allow=_csv(cfg.webhook_allow), deny=_csv(cfg.webhook_deny), timeout_s=cfg.webhook_timeout_s,
+        max_attempts=cfg.webhook_max_attempts, backoff_base_s=cfg.webhook_backoff_base_s,
+        backoff_max_s=cfg.webhook_backoff_max_s, max_redirects=cfg.webhook_max_redirects,
+        public_url=cfg.public_url)
