@@ -21,17 +21,21 @@ counts all packets).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
 import re
 import threading
 import time
+import weakref
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from collectors import snmp_oids as O
 from collectors.base import CollectResult, Neighbor, ParseError, Target, register
 from collectors.snmp_dom import optic_samples
 from collectors.snmp_oids import COUNTER_BITS, Cells, Oid, Value, Varbind, dotted, text_of
+from collectors.snmp_v2c import BerError, V2cSession, V2cTimeout, V2cUnreachable
 from service.telemetry.samples import Sample
 
 DEFAULT_MAX_REPETITIONS = 25
@@ -298,11 +302,7 @@ def _version(target: Target) -> str:
 
 
 def _auth_data(hl: Any, target: Target) -> Any:
-    if _version(target) == "2c":
-        community = target.secrets.get("community")
-        if not community:
-            raise SnmpFailure("v2c needs secrets['community']; none was resolved")
-        return hl.CommunityData(community, mpModel=1)
+    """v3 USM user data (v2c never reaches pysnmp's engine)."""
     user = target.params.get("user")
     if not user:
         raise SnmpFailure("v3 needs params['user']")
@@ -339,64 +339,73 @@ def _from_pysnmp(name: Any, value: Any) -> Varbind:
     return tuple(name), typ, None
 
 
-@dataclass
-class _Session:
-    hl: Any
-    engine: Any
-    auth: Any
-    transport: Any
-    context: Any
-    target: Target
-    max_repetitions: int
-    max_varbinds: int
+_END_OF_COLUMN = frozenset({"EndOfMibView", "NoSuchObject", "NoSuchInstance"})
 
-    async def walk(self, columns: Sequence[Oid]) -> list[Varbind]:
-        """Walk table columns side by side with GETBULK until each leaves its subtree."""
-        hl, out = self.hl, []
-        last: dict[Oid, Oid] = {c: c for c in columns}
-        rows = 0
-        while last:
-            cols = list(last)
-            reps = max(1, min(self.max_repetitions, self.max_varbinds // len(cols)))
-            req = [hl.ObjectType(hl.ObjectIdentity(dotted(last[c]))) for c in cols]
-            err_ind, err_stat, err_idx, vbs = await hl.bulk_cmd(
-                self.engine, self.auth, self.transport, self.context, 0, reps, *req, lookupMib=False)
-            where = dotted(cols[0]) if len(cols) == 1 else f"{dotted(cols[0])} (+{len(cols) - 1} columns)"
-            if err_ind:
-                raise SnmpFailure(f"GETBULK {where}: {self._describe(err_ind)}")
-            if int(err_stat):
-                bad = dotted(cols[int(err_idx) - 1]) if 0 < int(err_idx) <= len(cols) else where
-                raise SnmpFailure(f"GETBULK {bad}: agent answered error-status {err_stat.prettyPrint()}")
-            if not vbs:
-                raise SnmpFailure(f"GETBULK {where}: empty response")
-            for i, (name, value) in enumerate(vbs):
-                col = cols[i % len(cols)]
-                if col not in last:
-                    continue
-                o = tuple(name)
-                kind = type(value).__name__
-                if kind in ("EndOfMibView", "NoSuchObject", "NoSuchInstance") or o[: len(col)] != col:
-                    del last[col]
-                elif o <= last[col]:
-                    raise SnmpFailure(f"GETBULK {dotted(col)}: agent returned OID {dotted(o)} "
-                                      f"not after {dotted(last[col])} (broken walk order)")
-                else:
-                    last[col] = o
-                    out.append(_from_pysnmp(o, value))
-            rows += reps
-            if rows > _MAX_ROWS_PER_COLUMN:
-                raise SnmpFailure(f"GETBULK {where}: more than {_MAX_ROWS_PER_COLUMN} rows; walk abandoned")
-        return out
 
-    def _describe(self, err_ind: Any) -> str:
-        t = self.target
-        hint = _ERRIND_HINTS.get(type(err_ind).__name__, str(err_ind))
-        if type(err_ind).__name__ == "RequestTimedOut":
-            hint += f" within {t.timeout_s:g}s x {t.retries + 1} tries"
-            if _version(t) == "3":
-                # net-snmp drops what it cannot decrypt instead of sending a report
-                hint += "; with SNMPv3 a wrong privacy key looks the same (agents drop undecryptable requests)"
-        return hint
+class _Bulk(Protocol):
+    """One GETBULK: (columns, max-repetitions) -> (error-status, error-index, varbinds)."""
+
+    async def __call__(self, columns: Sequence[Oid], reps: int) -> tuple[int, int, list[Varbind]]: ...
+
+
+async def walk_columns(bulk: _Bulk, columns: Sequence[Oid], *, max_repetitions: int,
+                       max_varbinds: int) -> list[Varbind]:
+    """Walk table columns side by side with GETBULK until each leaves its subtree."""
+    out: list[Varbind] = []
+    last: dict[Oid, Oid] = {c: c for c in columns}
+    rows = 0
+    while last:
+        cols = list(last)
+        width = len(cols)
+        reps = max(1, min(max_repetitions, max_varbinds // width))
+        err_stat, err_idx, vbs = await bulk([last[c] for c in cols], reps)
+        where = dotted(cols[0]) if width == 1 else f"{dotted(cols[0])} (+{width - 1} columns)"
+        if err_stat:
+            bad = dotted(cols[err_idx - 1]) if 0 < err_idx <= width else where
+            raise SnmpFailure(f"GETBULK {bad}: agent answered error-status {_ERROR_STATUS.get(err_stat, err_stat)}")
+        if not vbs:
+            raise SnmpFailure(f"GETBULK {where}: empty response")
+        lens = [len(c) for c in cols]
+        for i, vb in enumerate(vbs):
+            k = i % width
+            col = cols[k]
+            prev = last.get(col)
+            if prev is None:
+                continue
+            o = vb[0]
+            if vb[1] in _END_OF_COLUMN or o[: lens[k]] != col:
+                del last[col]
+            elif o <= prev:
+                raise SnmpFailure(f"GETBULK {dotted(col)}: agent returned OID {dotted(o)} "
+                                  f"not after {dotted(prev)} (broken walk order)")
+            else:
+                last[col] = o
+                out.append(vb)
+        rows += reps
+        if rows > _MAX_ROWS_PER_COLUMN:
+            raise SnmpFailure(f"GETBULK {where}: more than {_MAX_ROWS_PER_COLUMN} rows; walk abandoned")
+    return out
+
+
+# RFC 3416 error-status names, for messages
+_ERROR_STATUS = dict(enumerate(
+    ("noError", "tooBig", "noSuchName", "badValue", "readOnly", "genErr", "noAccess", "wrongType", "wrongLength",
+     "wrongEncoding", "wrongValue", "noCreation", "inconsistentValue", "resourceUnavailable", "commitFailed",
+     "undoFailed", "authorizationError", "notWritable", "inconsistentName")))
+
+
+def _timeout_hint(target: Target) -> str:
+    hint = f"{_ERRIND_HINTS['RequestTimedOut']} within {target.timeout_s:g}s x {target.retries + 1} tries"
+    if _version(target) == "3":
+        # net-snmp drops what it cannot decrypt instead of sending a report
+        hint += "; with SNMPv3 a wrong privacy key looks the same (agents drop undecryptable requests)"
+    return hint
+
+
+def _describe(err_ind: Any, target: Target) -> str:
+    if type(err_ind).__name__ == "RequestTimedOut":
+        return _timeout_hint(target)
+    return _ERRIND_HINTS.get(type(err_ind).__name__, str(err_ind))
 
 
 class _NoMibCompiler:
@@ -418,26 +427,115 @@ def _engine(hl: Any) -> Any:
     return engine
 
 
-async def _poll(target: Target, now_ms: int) -> Mapped:
-    import pysnmp.hlapi.v3arch.asyncio as hl  # heavy import, only when polling
+# v3 engines per event loop, one per credential set: building one costs ~60 ms of CPU, and a
+# reused engine also keeps the agents' engine IDs and clocks (no discovery round trip per poll).
+# Keyed by a digest of the credentials so two key sets for one user name never share USM state.
+_ENGINES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] = weakref.WeakKeyDictionary()
 
+
+def _v3_engine(hl: Any, target: Target) -> Any:
+    p, s = target.params, target.secrets
+    ident = "\0".join(str(x) for x in (p.get("user"), p.get("auth_protocol"), p.get("priv_protocol"),
+                                       s.get("auth_key"), s.get("priv_key")))
+    key = hashlib.sha256(ident.encode()).hexdigest()
+    engines = _ENGINES.setdefault(asyncio.get_running_loop(), {})
+    if key not in engines:
+        engines[key] = _engine(hl)
+    return engines[key]
+
+
+def _community(target: Target) -> str:
+    community = target.secrets.get("community")
+    if not community:
+        raise SnmpFailure("v2c needs secrets['community']; none was resolved")
+    return community
+
+
+async def _walk_v2c(target: Target, columns: list[list[Oid]], reps: int, max_vbs: int) -> list[Varbind]:
+    """v2c: pysnmp-encoded requests, responses read by the strict decoder in snmp_ber."""
+    session = V2cSession(target.address, target.port or 161, _community(target),
+                         timeout_s=target.timeout_s, retries=target.retries)
+
+    async def bulk(cols: Sequence[Oid], n: int) -> tuple[int, int, list[Varbind]]:
+        where = dotted(cols[0]) if len(cols) == 1 else f"{dotted(cols[0])} (+{len(cols) - 1} columns)"
+        try:
+            resp = await session.getbulk(cols, n)
+        except V2cTimeout:
+            raise SnmpFailure(f"GETBULK {where}: {_timeout_hint(target)}") from None
+        except V2cUnreachable as exc:
+            raise SnmpFailure(f"GETBULK {where}: no response ({exc})") from None
+        except BerError as exc:
+            raise SnmpFailure(f"GETBULK {where}: malformed response: {exc.reason}") from None
+        return resp.error_status, resp.error_index, resp.varbinds
+
+    out: list[Varbind] = []
+    try:
+        async with session:
+            for cols in columns:
+                out += await walk_columns(bulk, cols, max_repetitions=reps, max_varbinds=max_vbs)
+    except OSError as exc:  # address resolution or socket setup
+        raise SnmpFailure(f"cannot reach {target.address}:{target.port or 161}: {exc}") from None
+    return out
+
+
+async def _walk_v3(target: Target, columns: list[list[Oid]], reps: int, max_vbs: int) -> list[Varbind]:
+    """v3 authPriv: entirely pysnmp (USM, engine discovery, decryption, decoding)."""
+    import pysnmp.hlapi.v3arch.asyncio as hl  # heavy import, only when polling v3
+
+    auth = _auth_data(hl, target)
+    engine = _v3_engine(hl, target)
+    transport = await hl.UdpTransportTarget.create(
+        (target.address, target.port or 161), timeout=target.timeout_s, retries=target.retries)
+    context = hl.ContextData()
+
+    async def bulk(cols: Sequence[Oid], n: int) -> tuple[int, int, list[Varbind]]:
+        req = [hl.ObjectType(hl.ObjectIdentity(dotted(c))) for c in cols]
+        err_ind, err_stat, err_idx, vbs = await hl.bulk_cmd(
+            engine, auth, transport, context, 0, n, *req, lookupMib=False)
+        if err_ind:
+            where = dotted(cols[0]) if len(cols) == 1 else f"{dotted(cols[0])} (+{len(cols) - 1} columns)"
+            raise SnmpFailure(f"GETBULK {where}: {_describe(err_ind, target)}")
+        return int(err_stat), int(err_idx), [_from_pysnmp(name, value) for name, value in vbs]
+
+    out: list[Varbind] = []
+    for cols in columns:
+        out += await walk_columns(bulk, cols, max_repetitions=reps, max_varbinds=max_vbs)
+    return out
+
+
+def walk_plan(groups: Sequence[str], poll_groups: Sequence[str] | None) -> list[list[Oid]]:
+    """The column sets to walk: the named walk groups, narrowed to the columns the due poll
+    groups (counters, optics, state) need. No poll_groups: every column of every group."""
+    if poll_groups is None:
+        return [list(O.WALK_GROUPS[g]) for g in groups]
+    from service.telemetry.targets import group_of  # the rule tasks.py filters samples by
+
+    due = set(poll_groups)
+    # DOM tables also carry device temperatures, which group_of files under its own group.
+    serves = {**O.COLUMN_POLL_GROUPS, **{c: frozenset({"optics", group_of("device_temperature_celsius")})
+                                         for c in O.DEVICE_TEMP_COLUMNS}}
+    plan = []
+    for g in groups:
+        # columns without a poll group (ifName, ifDescr, ifType) name the ports: always read
+        cols = [c for c in O.WALK_GROUPS[g] if c not in serves or serves[c] & due]
+        if cols:
+            plan.append(cols)
+    return plan
+
+
+async def _poll(target: Target, now_ms: int) -> Mapped:
     groups = target.params.get("groups") or list(O.DEFAULT_GROUPS)
     unknown = [g for g in groups if g not in O.WALK_GROUPS]
     if unknown:
         raise SnmpFailure(f"unknown walk group(s) {unknown}; known: {list(O.WALK_GROUPS)}")
-    auth = _auth_data(hl, target)
-    engine = _engine(hl)
-    try:
-        transport = await hl.UdpTransportTarget.create(
-            (target.address, target.port or 161), timeout=target.timeout_s, retries=target.retries)
-        session = _Session(hl, engine, auth, transport, hl.ContextData(), target,
-                           int(target.params.get("max_repetitions") or DEFAULT_MAX_REPETITIONS),
-                           int(target.params.get("max_varbinds") or DEFAULT_MAX_VARBINDS))
-        varbinds: list[Varbind] = []
-        for g in groups:
-            varbinds += await session.walk(O.WALK_GROUPS[g])
-    finally:
-        engine.close_dispatcher()
+    poll_groups = target.params.get("poll_groups")
+    columns = walk_plan(groups, None if poll_groups is None else list(poll_groups))
+    reps = int(target.params.get("max_repetitions") or DEFAULT_MAX_REPETITIONS)
+    max_vbs = int(target.params.get("max_varbinds") or DEFAULT_MAX_VARBINDS)
+    if _version(target) == "2c":
+        varbinds = await _walk_v2c(target, columns, reps, max_vbs)
+    else:
+        varbinds = await _walk_v3(target, columns, reps, max_vbs)
     return samples_from_varbinds(varbinds, device=target.device, ts_ms=now_ms,
                                  port_pattern=target.params.get("port_pattern"))
 
@@ -484,17 +582,33 @@ async def collect_many_async(targets: Sequence[Target], *, now_ms: int, concurre
 T = TypeVar("T")
 
 
+class _LoopThread:
+    """A long-lived event loop on a daemon thread: v3 engines cached on it outlive one poll."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="fabricwatch-snmp", daemon=True).start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+
+_worker: _LoopThread | None = None
+_worker_lock = threading.Lock()
+
+
 def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine from sync code, also when the caller already runs an event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: list[T] = []
-    thread = threading.Thread(target=lambda: box.append(asyncio.run(coro)))
-    thread.start()
-    thread.join()
-    return box[0]
+    """Run a coroutine from sync code on this process's SNMP loop (also when the caller runs one).
+
+    Made lazily and per process id: a forked worker child (Celery prefork) starts its own.
+    """
+    global _worker
+    with _worker_lock:
+        if _worker is None or _worker.pid != os.getpid():
+            _worker = _LoopThread()
+        worker = _worker
+    return worker.run(coro)
 
 
 @register("snmp")

@@ -169,3 +169,26 @@ class Cells:
 
     def raw(self, col: Oid) -> dict[Oid, tuple[str, Value]]:
         return self._cols.get(col, {})
+
+
+# ---------------------------------------------------------------------------
+# Which poll groups (service.telemetry.targets.GROUPS) need which column. Columns not
+# listed (ifDescr, ifType, ifName) name the ports and are read whenever their table is.
+_STATE = frozenset({"state"})
+_COUNTERS = frozenset({"counters"})
+_OPTICS = frozenset({"optics"})
+COLUMN_POLL_GROUPS: dict[Oid, frozenset[str]] = {
+    **{c: _STATE for c in columns(IF_ENTRY, IF_ADMIN, IF_OPER, IF_LAST_CHANGE)},
+    (*IFX_ENTRY, IFX_HIGH_SPEED): _STATE,
+    **{c: _COUNTERS for c in columns(IF_ENTRY, IF_IN_DISCARDS, IF_IN_ERRORS, IF_OUT_DISCARDS, IF_OUT_ERRORS)},
+    **{c: _COUNTERS for c in columns(IFX_ENTRY, IFX_HC_IN_OCTETS, IFX_HC_IN_UCAST, IFX_HC_IN_MCAST,
+                                     IFX_HC_IN_BCAST, IFX_HC_OUT_OCTETS, IFX_HC_OUT_UCAST, IFX_HC_OUT_MCAST,
+                                     IFX_HC_OUT_BCAST)},
+    (*DOT3_ENTRY, DOT3_FCS_ERRORS): _COUNTERS,
+    **{c: _OPTICS for g in ("jnx_dom", "jnx_lane") for c in WALK_GROUPS[g]},
+    **{c: _STATE for g in ("lldp_loc", "lldp_rem") for c in WALK_GROUPS[g]},
+}
+# ENTITY-MIB and the sensor tables: optics, and also device temperatures (which the
+# collector assigns to their poll group at run time, from the catalogue's rule).
+DEVICE_TEMP_COLUMNS: frozenset[Oid] = frozenset(
+    c for g in ("entity", "ent_alias", "ent_sensor", "cisco_sensor") for c in WALK_GROUPS[g])

@@ -1,0 +1,110 @@
+"""SNMPv2c GETBULK over asyncio UDP: pysnmp encodes each request, snmp_ber decodes each response.
+
+Why not pysnmp's engine for v2c: its receive path decodes every response with pyasn1 into
+typed objects (~100 µs a varbind) and a fresh engine costs ~60 ms of CPU. v2c has no
+security processing, so the request is a pysnmp-built message sent on one connected UDP
+socket per poll, and the response is read by the strict decoder in snmp_ber. SNMPv3
+stays entirely on pysnmp (collectors/snmp.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from collectors.snmp_ber import BerError, V2cResponse, decode_response
+from collectors.snmp_oids import Oid
+
+# Request ids: one process-wide sequence from a random start, so a late answer to an
+# earlier poll on a reused port is not mistaken for the current one.
+_REQUEST_IDS = itertools.count(random.randrange(1, 2**30))
+
+
+class V2cTimeout(Exception):
+    """No valid response within timeout x tries."""
+
+
+class V2cUnreachable(Exception):
+    """The host reported the port unreachable (ICMP), or the socket failed."""
+
+
+def encode_getbulk(community: str, request_id: int, max_repetitions: int, columns: Sequence[Oid]) -> bytes:
+    """A v2c GetBulkRequest message, built and BER-encoded by pysnmp."""
+    from pyasn1.codec.ber import encoder
+    from pysnmp.proto.api import v2c
+
+    pdu = v2c.GetBulkRequestPDU()
+    v2c.apiBulkPDU.set_defaults(pdu)
+    v2c.apiBulkPDU.set_request_id(pdu, request_id)
+    v2c.apiBulkPDU.set_non_repeaters(pdu, 0)
+    v2c.apiBulkPDU.set_max_repetitions(pdu, max_repetitions)
+    v2c.apiBulkPDU.set_varbinds(pdu, [(c, v2c.null) for c in columns])
+    msg = v2c.Message()
+    v2c.apiMessage.set_defaults(msg)
+    v2c.apiMessage.set_community(msg, community)
+    v2c.apiMessage.set_pdu(msg, pdu)
+    return bytes(encoder.encode(msg))
+
+
+class _Protocol(asyncio.DatagramProtocol):
+    """Queues datagrams (and socket errors) for the one coroutine that polls this peer."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[bytes | Exception] = asyncio.Queue()
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        self.queue.put_nowait(data)
+
+    def error_received(self, exc: Exception) -> None:
+        self.queue.put_nowait(exc)
+
+
+class V2cSession:
+    """One agent, one community, one connected UDP socket; use `async with`."""
+
+    def __init__(self, host: str, port: int, community: str, *, timeout_s: float, retries: int) -> None:
+        self.host, self.port, self.community = host, port, community
+        self.timeout_s, self.tries = timeout_s, retries + 1
+        self._community_b = community.encode()
+        self._transport: asyncio.DatagramTransport | None = None
+        self._proto: _Protocol | None = None
+
+    async def __aenter__(self) -> V2cSession:
+        loop = asyncio.get_running_loop()
+        self._transport, self._proto = await loop.create_datagram_endpoint(
+            _Protocol, remote_addr=(self.host, self.port))
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    async def getbulk(self, columns: Sequence[Oid], max_repetitions: int) -> V2cResponse:
+        """Send one GETBULK, retrying on timeout; answers to other request ids are ignored.
+
+        Raises V2cTimeout, V2cUnreachable, or BerError for a malformed response.
+        """
+        assert self._transport is not None and self._proto is not None, "use 'async with'"
+        queue = self._proto.queue
+        for _ in range(self.tries):
+            request_id = next(_REQUEST_IDS) % 2**31
+            self._transport.sendto(encode_getbulk(self.community, request_id, max_repetitions, columns))
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.timeout_s
+            while (left := deadline - loop.time()) > 0:
+                try:
+                    item = await asyncio.wait_for(queue.get(), left)
+                except TimeoutError:
+                    break
+                if isinstance(item, Exception):
+                    raise V2cUnreachable(f"{type(item).__name__}: {item}")
+                resp = decode_response(item)
+                if resp.request_id == request_id and resp.community == self._community_b:
+                    return resp
+        raise V2cTimeout()
+
+
+__all__ = ["BerError", "V2cSession", "V2cTimeout", "V2cUnreachable", "encode_getbulk"]
