@@ -1,0 +1,368 @@
+"""Layer 3: persistence (k of n cycles), hysteresis state, cause/end/action, and grouping.
+
+Persistence: each condition keeps a bit history per port; it fires when it held in >= k of the
+last n cycles, and an alert that fired stays "holding" while it held at least once in the last
+n (the leave condition). Attribution follows the signature tables F19/F22/F30:
+
+| signature (at the receiver unless said)                 | cause            | fault end | action          |
+|---------------------------------------------------------|------------------|-----------|-----------------|
+| rx down on some lanes, far transmitter's tx down or bias up | TX_WEAROUT   | peer      | replace peer    |
+| rx down with wobble, or both directions of the lane     | FIBER            | local     | replace cable   |
+| rx down, far tx normal, stable                          | CONTAMINATION    | local     | clean           |
+| bias rising at the transmitter (own DOM)                | TX_WEAROUT       | local     | replace local   |
+| recoveries / error bursts / flaps, powers normal        | LOOSE_MODULE     | local     | reseat          |
+| >= 5 flaps per 10 s                                      | FLAP_STORM       | link      | disable port    |
+| >= 30 % of one device's ports at once                   | SHARED_COMPONENT | device    | escalate device |
+| uncorrectable codewords / symbol errors                 | POST_FEC         | local     | replace cable/module |
+| stall counters or ~100 % tx pause with rx ~0 (host)     | NIC_PAUSE_STORM  | host      | drain host      |
+| PCIe width/gen drop (host)                              | HOST_SIDE        | host      | drain host      |
+| ECN/pause without storm, BER unchanged                  | CONGESTION       | -         | review capacity |
+
+`device`/`port` of a Finding is always the end at fault; `end` says where that is relative
+to the receiver whose telemetry showed the symptom ("local": the receiving end itself,
+"peer": the far end of the link). Physical findings of ports that are members of a shared
+component finding are folded into that one device-level finding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from service.detection.features import Features
+from service.detection.findings import Action, Cause, Evidence, Finding, Severity
+from service.detection.rules import Conditions
+from service.detection.state import FeatureState
+
+# kind -> (k, n): fire when the condition held in >= k of the last n cycles
+KN: dict[str, tuple[int, int]] = {
+    "optical_degradation": (3, 5), "post_fec_errors": (2, 3), "flap_storm": (1, 3), "loose_module": (2, 5),
+    "pause_storm": (1, 2), "host_side": (3, 5), "congestion": (3, 5), "ber_degradation": (3, 5),
+    "dom_threshold": (2, 3), "bias_drift": (2, 3), "anomaly": (4, 5),
+}
+SHARED_KN = (2, 4)
+PHYSICAL_RAW = ("optical_degradation", "post_fec_errors", "flap_storm", "ber_degradation", "loose_module",
+                "anomaly")
+SHARED_HITS = ("optical_degradation", "post_fec_errors", "flap_storm", "ber_degradation", "loose_module")
+# a finding of the key kind on a port hides these kinds on the same port (one cause, one alert)
+EXPLAINS = {
+    "flap_storm": ("loose_module", "ber_degradation", "post_fec_errors", "anomaly"),
+    "optical_degradation": ("ber_degradation", "post_fec_errors", "anomaly"),
+    "loose_module": ("ber_degradation", "anomaly"),
+    "post_fec_errors": ("ber_degradation", "anomaly"),
+    "pause_storm": ("congestion", "host_side"),
+    "host_side": ("congestion",),
+    "ber_degradation": ("anomaly",),
+    "bias_drift": ("anomaly",),
+}
+
+
+def _popcount(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.uint32)
+    c = np.zeros(len(x), np.int64)
+    for b in range(32):
+        c += (x >> np.uint32(b)) & np.uint32(1)
+    return c
+
+
+def _step_history(hist: np.ndarray, latched: np.ndarray, raw: np.ndarray, k: int, n: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Shift in this cycle's condition; returns (firing, holding) and updates hist/latched in place."""
+    mask = np.uint32((1 << n) - 1)
+    hist[:] = ((hist << np.uint32(1)) | raw.astype(np.uint32)) & mask
+    count = _popcount(hist)
+    firing = count >= k
+    holding = latched & ~firing & (count >= 1)
+    latched[:] = (latched | firing) & (count >= 1)
+    return firing, holding
+
+
+def persist(st: FeatureState, raw: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    firing, holding = {}, {}
+    for kind, r in raw.items():
+        k, n = KN.get(kind, (1, 1))
+        firing[kind], holding[kind] = _step_history(st.hist[kind], st.latched[kind], r, k, n)
+    return firing, holding
+
+
+def shared_devices(st: FeatureState, raw: dict[str, np.ndarray], f: Features) -> tuple[np.ndarray, np.ndarray]:
+    """Devices where >= shared_frac of linked ports show a physical condition now (E4).
+
+    Counts raw conditions, plus any flap in the window: a line card drops all its ports at once.
+    Returns (device raw mask (D,), port member mask (P,)).
+    """
+    fab, cfg = st.fabric, st.cfg
+    D = len(fab.dev_names)
+    hit = np.zeros(fab.P, bool)
+    for k in SHARED_HITS:  # not the forest: its outliers are scattered by design
+        if k in raw:
+            hit |= raw[k]
+    hit |= np.nan_to_num(f.flaps, nan=0.0) > 0
+    linked = fab.peer >= 0
+    n_ports = np.bincount(fab.dev, weights=linked, minlength=D)
+    n_hit = np.bincount(fab.dev, weights=hit & linked, minlength=D)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frac = np.where(n_ports > 0, n_hit / n_ports, 0.0)
+    dev_raw = (frac >= cfg.shared_frac) & (n_hit >= cfg.shared_min_ports)
+    return dev_raw, hit & dev_raw[fab.dev]
+
+
+def _ev(name: str, value: float, baseline: float | None = None, cohort: float | None = None, unit: str = "",
+        note: str = "") -> Evidence:
+    def clean(v: float | None) -> float | None:
+        return None if v is None or not np.isfinite(v) else round(float(v), 4)
+    return Evidence(name, clean(value) if np.isfinite(value) else float("nan"), clean(baseline), clean(cohort),
+                    unit, note)
+
+
+class Builder:
+    """Turns persisted conditions into Finding objects for one cycle."""
+
+    def __init__(self, st: FeatureState, f: Features, cond: Conditions, at_ms: int) -> None:
+        self.st, self.f, self.cond, self.at = st, f, cond, at_ms
+        self.fab = st.fabric
+        self.out: list[Finding] = []
+
+    def _names(self, p: int) -> tuple[str, str]:
+        return self.fab.dev_names[self.fab.dev[p]], self.fab.port_names[p]
+
+    def _peer_names(self, p: int) -> tuple[str | None, str | None]:
+        q = int(self.fab.peer[p])
+        return self._names(q) if q >= 0 else (None, None)
+
+    def add(self, kind: str, p: int, cause: Cause, sev: Severity, action: Action, state: str, score: float,
+            summary: str, *, scope: str = "port", end: str | None = "local", ttt: float | None = None,
+            evidence: list[Evidence] | None = None, fault_port: int | None = None) -> None:
+        fp = p if fault_port is None else fault_port
+        dev, port = self._names(fp)
+        q = int(self.fab.peer[fp])
+        pdev, pport = self._names(q) if q >= 0 else (None, None)
+        self.out.append(Finding(
+            kind=kind, scope=scope, device=dev, port=port, lane=None, cause=cause, severity=sev, action=action,
+            state=state, score=round(float(score), 4) if np.isfinite(score) else 0.0, at_ms=self.at, summary=summary,
+            peer_device=pdev, peer_port=pport, end=end,
+            ttt_hours=None if ttt is None or not np.isfinite(ttt) else round(float(ttt), 1),
+            evidence=evidence or []))
+
+    # -- optical ----------------------------------------------------------------------------
+    def optical(self, p: int, state: str) -> None:
+        f, fab, cfg = self.f, self.fab, self.st.cfg
+        lanes = np.arange(fab.lane_off[p], fab.lane_off[p + 1])
+        deg = lanes[self.cond.lane_deg[lanes]] if self.cond.lane_deg is not None else lanes[:0]
+        if not len(deg):
+            deg = lanes[np.argsort(np.nan_to_num(f.rx_margin_warn[lanes], nan=np.inf))[:1]]
+        lane_nos = (deg - fab.lane_off[p]).tolist()
+        rx_d = f.rx_delta[deg]
+        with np.errstate(invalid="ignore"):
+            drop = np.nanmin(rx_d) if np.isfinite(rx_d).any() else np.nan
+            ptx = f.peer_tx_delta[deg]
+            pbias = f.peer_bias_drift[deg]
+            ptx_min = np.nanmin(ptx) if np.isfinite(ptx).any() else np.nan
+            pbias_max = np.nanmax(pbias) if np.isfinite(pbias).any() else np.nan
+            need = min(-0.3, 0.35 * drop) if np.isfinite(drop) else -cfg.tx_drop_db
+            explained = bool(np.isfinite(ptx_min) and ptx_min <= need)
+            tx_fault = explained or ptx_min <= -cfg.tx_drop_db or pbias_max >= cfg.bias_drift_frac
+            prx = f.peer_rx_delta[deg]
+            both = bool(np.isfinite(prx).any() and np.nanmin(prx) <= -cfg.rx_drop_db)
+            jit = f.rx_jitter[deg]
+            others = np.setdiff1d(lanes, deg)
+            jit_ref = np.nanmedian(f.rx_jitter[others]) if len(others) and np.isfinite(f.rx_jitter[others]).any() \
+                else 0.15
+            # wobble: the degraded lanes move from sample to sample clearly more than the port's other lanes
+            jmax = np.nanmax(jit) if np.isfinite(jit).any() else np.nan
+            wobble = bool(np.isfinite(jmax) and jmax >= cfg.wobble_db and jmax - jit_ref >= 0.15)
+        ttw = self.st.lane_trend["ttt_warn"][deg]
+        tta = self.st.lane_trend["ttt_alarm"][deg]
+        slope = self.st.lane_trend["rx_slope"][deg] * 24
+        ttt = float(np.nanmin(ttw)) if np.isfinite(ttw).any() else None
+        tta_min = float(np.nanmin(tta)) if np.isfinite(tta).any() else np.inf
+        margin_alarm = f.rx_margin_alarm_min[p]
+        post_fec = bool(np.nan_to_num(f.post_fec[p], nan=0.0) > 0)
+        sev = Severity.PAGE if (margin_alarm < 0 or tta_min <= 24 or post_fec) else Severity.TICKET
+        lane_txt = "lane " + ",".join(map(str, lane_nos)) if len(lane_nos) < 4 else f"{len(lane_nos)} lanes"
+        dev, port = self._names(p)
+        q = int(fab.peer[p])
+        ev = [_ev("rx_power_dbm", float(np.nanmin(f.rx[deg])) if np.isfinite(f.rx[deg]).any() else np.nan,
+                  float(np.nanmin(f.rx_base[deg])) if np.isfinite(f.rx_base[deg]).any() else None,
+                  float(f.rx_margin_cohort_med[p] + fab.th["rx_lw"][p]), "dBm", lane_txt),
+              _ev("rx_margin_low_warn_db", float(f.rx_margin_min[p]), None, float(f.rx_margin_cohort_med[p]), "dB"),
+              _ev("rx_delta_baseline_db", drop, 0.0, None, "dB"),
+              _ev("peer_tx_delta_db", ptx_min, 0.0, None, "dB", "far transmitter"),
+              _ev("peer_bias_drift", pbias_max, 0.0, None, "fraction"),
+              _ev("rx_jitter_db", float(np.nanmax(jit)) if np.isfinite(jit).any() else np.nan, jit_ref, None, "dB"),
+              _ev("log10_pre_fec_ber", float(f.log_ber[p]), float(self.st.base["logber"].loc[p]), None, "log10")]
+        if post_fec:
+            ev.append(_ev("post_fec_errors", float(f.post_fec[p]), 0.0, None, "count", "traffic is being lost"))
+        if ttt is not None:
+            ev.append(_ev("rx_slope_db_per_day", float(np.nanmin(slope)), 0.0, None, "dB/day"))
+            ev.append(_ev("time_to_low_warning_h", ttt, None, None, "h"))
+        when = ""
+        if ttt is not None and ttt > 0:
+            when = f"; rx reaches low-warning in about {ttt / 24:.1f} days" if ttt >= 48 else \
+                f"; rx reaches low-warning in about {ttt:.0f} h"
+        if tx_fault and q >= 0:
+            pdev, pport = self._names(q)
+            summary = (f"transmitter wear-out at {pdev}:{pport}: rx at {dev}:{port} {lane_txt} down "
+                       f"{-drop if np.isfinite(drop) else 0:.1f} dB with the far tx down/bias up; replace the "
+                       f"module at {pdev}:{pport}{when}")
+            self.add("optical_degradation", p, Cause.TX_WEAROUT, sev, Action.REPLACE_PEER, state,
+                     self.cond.score["optical_degradation"][p], summary, end="peer", ttt=ttt, evidence=ev,
+                     fault_port=q)
+        elif wobble or both:
+            why = "both directions" if both else "wobbling"
+            summary = (f"fiber damage on {dev}:{port} {lane_txt}: rx down {-drop if np.isfinite(drop) else 0:.1f} dB, "
+                       f"{why}, far tx normal; replace the cable{when}")
+            self.add("optical_degradation", p, Cause.FIBER, sev, Action.REPLACE_CABLE, state,
+                     self.cond.score["optical_degradation"][p], summary, scope="link", ttt=ttt, evidence=ev)
+        else:
+            summary = (f"connector contamination at {dev}:{port} {lane_txt}: rx down "
+                       f"{-drop if np.isfinite(drop) else 0:.1f} dB, stable, far tx normal; clean the connectors"
+                       f"{when}")
+            self.add("optical_degradation", p, Cause.CONTAMINATION, sev, Action.CLEAN, state,
+                     self.cond.score["optical_degradation"][p], summary, ttt=ttt, evidence=ev)
+
+
+def link_dedupe(mask: np.ndarray, score: np.ndarray, peer: np.ndarray) -> np.ndarray:
+    """Keep one end per link for link-symmetric conditions: the higher score, ties to the lower index."""
+    keep = mask.copy()
+    idx = np.flatnonzero(mask)
+    q = peer[idx]
+    both = (q >= 0) & mask[np.maximum(q, 0)]
+    s, sq = score[idx], score[np.maximum(q, 0)]
+    lose = both & ((sq > s) | ((sq == s) & (q < idx)))
+    keep[idx[lose]] = False
+    return keep
+
+
+_SIMPLE: dict[str, tuple[Cause, Severity, Action, str, str | None]] = {
+    # kind -> cause, severity, action, scope, end
+    "flap_storm": (Cause.FLAP_STORM, Severity.PAGE, Action.DISABLE_PORT, "link", "local"),
+    "loose_module": (Cause.LOOSE_MODULE, Severity.TICKET, Action.RESEAT, "port", "local"),
+    "pause_storm": (Cause.NIC_PAUSE_STORM, Severity.PAGE, Action.DRAIN_HOST, "host", "local"),
+    "host_side": (Cause.HOST_SIDE, Severity.TICKET, Action.DRAIN_HOST, "host", "local"),
+    "congestion": (Cause.CONGESTION, Severity.INFO, Action.REVIEW_CAPACITY, "port", None),
+    "ber_degradation": (Cause.UNKNOWN_PHYSICAL, Severity.TICKET, Action.RESEAT, "port", "local"),
+    "dom_threshold": (Cause.MODULE_ALARM, Severity.TICKET, Action.REPLACE_LOCAL, "port", "local"),
+    "bias_drift": (Cause.TX_WEAROUT, Severity.TICKET, Action.REPLACE_LOCAL, "port", "local"),
+    "anomaly": (Cause.UNKNOWN_PHYSICAL, Severity.INFO, Action.NONE, "port", "local"),
+}
+
+
+def _summary(b: Builder, kind: str, p: int) -> tuple[str, list[Evidence]]:
+    f, st = b.f, b.st
+    dev, port = b._names(p)
+    pen = st.penalty
+    if kind == "post_fec_errors":
+        return (f"post-FEC errors on {dev}:{port}: {f.post_fec[p]:.0f} uncorrectable codewords/symbol errors "
+                f"this cycle (any is too many)",
+                [_ev("post_fec_errors", f.post_fec[p], 0.0, None, "count"),
+                 _ev("log10_pre_fec_ber", f.log_ber[p], st.base["logber"].loc[p], None, "log10"),
+                 _ev("rx_margin_low_warn_db", f.rx_margin_min[p], None, f.rx_margin_cohort_med[p], "dB")])
+    if kind == "flap_storm":
+        return (f"link flap storm on {dev}:{port}: {f.flap_peak_rate10[p]:.0f} flaps per 10 s",
+                [_ev("flaps_per_10s", f.flap_peak_rate10[p], 0.0, None, "count"),
+                 _ev("flaps_window", f.flaps[p], None, None, "count")])
+    if kind == "loose_module":
+        return (f"loose or bad module at {dev}:{port}: repeated link recoveries/error bursts with normal optical "
+                f"power; reseat it",
+                [_ev("recovery_penalty", pen["recovery"][p], 0.0, None), _ev("burst_penalty", pen["burst"][p], 0.0),
+                 _ev("flap_penalty", pen["flap"][p], 0.0), _ev("rx_delta_baseline_db", f.rx_delta_min[p], 0.0,
+                                                              None, "dB")])
+    if kind == "pause_storm":
+        return (f"NIC pause storm at {dev}:{port}: tx pause duty {f.tx_pause_duty[p]:.0%}, rx utilisation "
+                f"{np.nan_to_num(f.rx_util[p]):.1%}, stall events {np.nan_to_num(f.storm_events[p]):.0f}; "
+                f"isolate the host",
+                [_ev("tx_pause_duty", f.tx_pause_duty[p], 0.0, None, "fraction"),
+                 _ev("rx_util", f.rx_util[p], None, None, "fraction"),
+                 _ev("pause_storm_events", f.storm_events[p], 0.0, None, "count")])
+    if kind == "host_side":
+        return (f"host-side slowdown at {dev}:{port}: PCIe x{f.pcie_width[p]:.0f} gen{f.pcie_gen[p]:.0f}, "
+                f"tx pause duty {np.nan_to_num(f.tx_pause_duty[p]):.0%}; not a network fault",
+                [_ev("pcie_link_width", f.pcie_width[p]), _ev("pcie_link_generation", f.pcie_gen[p]),
+                 _ev("tx_pause_duty", f.tx_pause_duty[p], 0.0, None, "fraction")])
+    if kind == "congestion":
+        return (f"congestion at {dev}:{port}: ECN-marked {np.nan_to_num(f.ecn_frac[p]):.1%} of rx packets, "
+                f"tx pause duty {np.nan_to_num(f.tx_pause_duty[p]):.0%}, BER unchanged",
+                [_ev("ecn_frac", f.ecn_frac[p], None, None, "fraction"),
+                 _ev("tx_pause_duty", f.tx_pause_duty[p], 0.0, None, "fraction"),
+                 _ev("rx_util", f.rx_util[p], None, None, "fraction"),
+                 _ev("log10_pre_fec_ber", f.log_ber[p], st.base["logber"].loc[p], None, "log10")])
+    if kind == "ber_degradation":
+        return (f"pre-FEC BER degraded on {dev}:{port}: log10 BER {f.log_ber[p]:.1f}, "
+                f"{f.ber_margin_dec[p]:.1f} decades from the FEC limit, optical power normal",
+                [_ev("log10_pre_fec_ber", f.log_ber[p], st.base["logber"].loc[p], None, "log10"),
+                 _ev("pre_fec_margin_dec", f.ber_margin_dec[p], None, None, "decades")])
+    if kind == "dom_threshold":
+        return (f"module DOM beyond its alarm threshold at {dev}:{port} (temperature, voltage, bias or tx)",
+                [_ev("temperature_c", f.temp[p], st.base["temp"].loc[p], None, "C"),
+                 _ev("voltage_v", f.volt[p], None, None, "V")])
+    if kind == "bias_drift":
+        off = st.fabric.lane_off
+        bd = f.bias_drift[off[p]:off[p + 1]]
+        bs = st.lane_trend["bias_slope"][off[p]:off[p + 1]] * 24
+        return (f"laser wear-out at {dev}:{port}: bias up {np.nanmax(bd) if np.isfinite(bd).any() else 0:.0%} "
+                f"over its baseline, rising {np.nanmax(bs) if np.isfinite(bs).any() else 0:.1%}/day; replace the "
+                f"module",
+                [_ev("bias_drift", np.nanmax(bd) if np.isfinite(bd).any() else np.nan, 0.0, None, "fraction"),
+                 _ev("bias_slope_per_day", np.nanmax(bs) if np.isfinite(bs).any() else np.nan, 0.0, None,
+                     "fraction/day")])
+    return (f"unusual physical-layer features on {dev}:{port} for its cohort "
+            f"({st.fabric.cohort_names[st.fabric.cohort[p]]})", [])
+
+
+def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.ndarray],
+          holding: dict[str, np.ndarray], dev_fire: np.ndarray, dev_hold: np.ndarray, members: np.ndarray,
+          at_ms: int) -> list[Finding]:
+    """All findings of one cycle, in a deterministic order (kind order, then port index)."""
+    fab = st.fabric
+    b = Builder(st, f, cond, at_ms)
+    active = {k: firing[k] | holding[k] for k in firing}
+    # one cause, one alert: hide kinds explained by another active kind on the same port
+    for k, hides in EXPLAINS.items():
+        if k in active:
+            for h in hides:
+                if h in active:
+                    active[h] = active[h] & ~active[k]
+    # one device ticket, not N link tickets
+    in_shared = members & (dev_fire | dev_hold)[fab.dev]
+    for k in PHYSICAL_RAW:
+        if k in active and k != "flap_storm":
+            active[k] = active[k] & ~in_shared
+    for k in ("flap_storm", "loose_module"):
+        if k in active:
+            active[k] = link_dedupe(active[k], cond.score[k], fab.peer)
+    for d in np.flatnonzero(dev_fire | dev_hold).tolist():
+        ports = np.flatnonzero((fab.dev == d) & members)
+        names = [fab.port_names[p] for p in ports.tolist()]
+        n_linked = int(((fab.dev == d) & (fab.peer >= 0)).sum())
+        ev = [_ev("affected_port_frac", len(names) / max(n_linked, 1), 0.0, None, "fraction"),
+              _ev("worst_log10_pre_fec_ber", float(np.nanmax(f.log_ber[ports])) if len(ports) and
+                  np.isfinite(f.log_ber[ports]).any() else np.nan, None, None, "log10")]
+        b.out.append(Finding(
+            kind="shared_component", scope="device", device=fab.dev_names[d], port=None, lane=None,
+            cause=Cause.SHARED_COMPONENT, severity=Severity.PAGE, action=Action.ESCALATE_DEVICE,
+            state="firing" if dev_fire[d] else "holding", score=round(len(names) / max(n_linked, 1), 4), at_ms=at_ms,
+            summary=f"shared component on {fab.dev_names[d]}: {len(names)} of {n_linked} ports degraded at once; "
+                    f"one device ticket (line card/ASIC/PSU)",
+            end="local", evidence=ev, members=names))
+    for kind in ("optical_degradation", "post_fec_errors", "flap_storm", "loose_module", "pause_storm", "host_side",
+                 "bias_drift", "dom_threshold", "ber_degradation", "anomaly", "congestion"):
+        if kind not in active:
+            continue
+        for p in np.flatnonzero(active[kind]).tolist():
+            state = "firing" if firing[kind][p] else "holding"
+            if kind == "optical_degradation":
+                b.optical(p, state)
+                continue
+            if kind == "post_fec_errors":
+                copper = bool(fab.copper[p])
+                summary, ev = _summary(b, kind, p)
+                sev = Severity.PAGE
+                b.add(kind, p, Cause.POST_FEC, sev, Action.REPLACE_CABLE if copper else Action.REPLACE_LOCAL, state,
+                      cond.score[kind][p], summary + ("; replace the cable" if copper else "; replace the module"),
+                      evidence=ev)
+                continue
+            cause, sev, action, scope, end = _SIMPLE[kind]
+            summary, ev = _summary(b, kind, p)
+            score = cond.score[kind][p] if kind in cond.score else 0.0
+            b.add(kind, p, cause, sev, action, state, score, summary, scope=scope, end=end, evidence=ev)
+    return b.out
