@@ -1,0 +1,247 @@
+"""Detection as plain functions over PostgreSQL: `detect_at` (live) and `backtest` (replay).
+
+Both go through `_advance`: read the samples with ts in (watermark, T - lateness], observe
+them in order, run one cycle at T. Live keeps the state (and watermark) in detector_state,
+so a cycle reads only what arrived since the previous one; backtest starts a fresh state at
+`from` exactly as live does on its first cycle, so the same cycle times give the same findings.
+Samples that arrive later than `lateness` after their own timestamp are not seen by live
+(they are behind the watermark) but are by a later backtest: that is the one source of
+difference, and `lateness_ms` is its knob.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import numpy as np
+from sqlalchemy import Connection, Engine, text
+
+from service.detection.engine import Engine as DetectionEngine
+from service.detection.findings import Finding
+from service.detection.forest import ModelStore
+from service.detection.state import (
+    AXIS,
+    NPRIO,
+    USED_METRICS,
+    Config,
+    Fabric,
+    FeatureState,
+    fec_limit_for,
+    thresholds_arrays,
+)
+from service.detection.store import load_models, load_state, save_models, save_state
+
+_FABRIC_SQL = """
+SELECT p.id, p.name, d.name, d.role, p.speed_gbps, p.gpu, o.part_number, o.type, o.lanes, o.thresholds,
+       COALESCE(la.cable_type, lb.cable_type), COALESCE(la.b_port_id, lb.a_port_id)
+FROM ports p JOIN devices d ON d.id = p.device_id
+LEFT JOIN optics o ON o.port_id = p.id
+LEFT JOIN links la ON la.a_port_id = p.id
+LEFT JOIN links lb ON lb.b_port_id = p.id
+ORDER BY p.id
+"""
+
+
+def load_fabric(conn: Connection) -> Fabric:
+    """The inventory as a Fabric (ports ordered by id)."""
+    rows = conn.execute(text(_FABRIC_SQL)).all()
+    dev_names: list[str] = []
+    dev_roles: list[str] = []
+    dpos: dict[str, int] = {}
+    ids, names, dev, lanes, speed, fec, copper, cohorts, th, peer_ids = [], [], [], [], [], [], [], [], [], []
+    gpu_port: dict[tuple[int, int], int] = {}
+    for i, (pid, pname, dname, role, spd, gpu, part, otype, olanes, thr, cable, peer) in enumerate(rows):
+        if dname not in dpos:
+            dpos[dname] = len(dev_names)
+            dev_names.append(dname)
+            dev_roles.append(role)
+        d = dpos[dname]
+        ids.append(pid)
+        names.append(pname)
+        dev.append(d)
+        lanes.append(olanes or 1)
+        speed.append(spd * 1e9 if spd else np.nan)
+        fec.append(fec_limit_for(otype, spd))
+        copper.append(cable in ("dac", "aoc"))
+        cohorts.append(f"{part or 'none'}|{int(spd) if spd else '?'}G|{role}")
+        th.append(thr)
+        peer_ids.append(peer)
+        if gpu is not None:
+            gpu_port[(d, int(gpu))] = i
+    index = {p: i for i, p in enumerate(ids)}
+    cohort_names = sorted(set(cohorts))
+    cpos = {c: i for i, c in enumerate(cohort_names)}
+    return Fabric(
+        port_ids=np.asarray(ids, np.int64), port_names=names, dev=np.asarray(dev, np.int64), dev_names=dev_names,
+        dev_roles=dev_roles, peer=np.asarray([index.get(q, -1) if q is not None else -1 for q in peer_ids], np.int64),
+        n_lanes=np.asarray(lanes, np.int64), speed_bps=np.asarray(speed, float),
+        cohort=np.asarray([cpos[c] for c in cohorts], np.int64), cohort_names=cohort_names,
+        fec_limit=np.asarray(fec, float), copper=np.asarray(copper, bool), th=thresholds_arrays(th),
+        gpu_port=gpu_port)
+
+
+@dataclass
+class SeriesIndex:
+    """series.id -> (metric code, entity index on that metric's axis), plus counter widths."""
+
+    metric_of: np.ndarray   # (max_id + 1,) int16, -1 = not used by detection
+    entity_of: np.ndarray   # (max_id + 1,) int64
+    bits: np.ndarray
+    sat: np.ndarray
+    max_id: int
+
+
+_SERIES_SQL = """
+SELECT s.id, s.metric, s.device_id, d.name, s.port_id, s.lane, s.priority, s.gpu, s.counter_bits, s.saturating
+FROM series s JOIN devices d ON d.id = s.device_id WHERE s.metric = ANY(:m) AND s.id > :after ORDER BY s.id
+"""
+
+
+def load_series(conn: Connection, fabric: Fabric, old: SeriesIndex | None = None) -> SeriesIndex:
+    after = old.max_id if old is not None else 0
+    rows = conn.execute(text(_SERIES_SQL), {"m": list(USED_METRICS), "after": after}).all()
+    top = max([after] + [r[0] for r in rows])
+    metric_of = np.full(top + 1, -1, np.int16)
+    entity_of = np.full(top + 1, -1, np.int64)
+    bits = np.zeros(top + 1, np.int16)
+    sat = np.zeros(top + 1, bool)
+    if old is not None:
+        n = len(old.metric_of)
+        metric_of[:n], entity_of[:n], bits[:n], sat[:n] = old.metric_of, old.entity_of, old.bits, old.sat
+    code = {m: i for i, m in enumerate(USED_METRICS)}
+    dpos = {n: i for i, n in enumerate(fabric.dev_names)}
+    for sid, metric, _dev_id, dname, port_id, lane, prio, gpu, cbits, csat in rows:
+        axis = AXIS[metric]
+        if axis == "port" and gpu is not None:
+            p = fabric.gpu_port.get((dpos.get(dname, -1), int(gpu)), -1)
+        else:
+            p = fabric.port_index.get(port_id, -1) if port_id is not None else -1
+        if p < 0:
+            continue
+        if axis == "lane":
+            e = int(fabric.lane_index(np.asarray([p]), np.asarray([lane if lane is not None else -1]))[0])
+        elif axis == "prio":
+            e = p * NPRIO + int(prio) if prio is not None and 0 <= prio < NPRIO else -1
+        else:
+            e = p
+        if e < 0:
+            continue
+        metric_of[sid], entity_of[sid] = code[metric], e
+        bits[sid], sat[sid] = cbits or 0, bool(csat)
+    return SeriesIndex(metric_of, entity_of, bits, sat, top)
+
+
+_SAMPLES_SQL = """
+SELECT series_id, (extract(epoch FROM ts) * 1000)::bigint, value FROM samples
+WHERE ts > :lo AND ts <= :hi ORDER BY ts
+"""
+
+
+def _dt(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000.0, tz=UTC)
+
+
+def read_samples(conn: Connection, fabric: Fabric, sx: SeriesIndex, lo_ms: int, hi_ms: int
+                 ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], SeriesIndex]:
+    """Samples with ts in (lo, hi] for the metrics detection uses, grouped per metric."""
+    rows = conn.execute(text(_SAMPLES_SQL), {"lo": _dt(lo_ms), "hi": _dt(hi_ms)}).all()
+    if not rows:
+        return {}, sx
+    arr = np.asarray(rows, dtype=np.float64)
+    sid = arr[:, 0].astype(np.int64)
+    if sid.max() > sx.max_id:
+        sx = load_series(conn, fabric, sx)
+    ts = arr[:, 1].astype(np.int64)
+    val = arr[:, 2]
+    m = sx.metric_of[sid]
+    out = {}
+    for code in np.unique(m[m >= 0]).tolist():
+        sel = m == code
+        out[USED_METRICS[code]] = (sx.entity_of[sid[sel]], ts[sel], val[sel])
+    return out, sx
+
+
+def _apply_meta(st: FeatureState, sx: SeriesIndex) -> None:
+    """Counter widths and saturation from the series table onto the counter tracks."""
+    for code, metric in enumerate(USED_METRICS):
+        sel = (sx.metric_of == code) & (sx.bits > 0)
+        if sel.any():
+            st.set_counter_meta(metric, sx.entity_of[sel], sx.bits[sel], sx.sat[sel])
+
+
+def _advance(conn: Connection, eng: DetectionEngine, st: FeatureState, sx: SeriesIndex, at_ms: int
+             ) -> tuple[list[Finding], SeriesIndex]:
+    hi = at_ms - st.cfg.lateness_ms
+    lo = st.watermark_ms if st.watermark_ms is not None else hi - st.cfg.initial_lookback_ms
+    if hi > lo:
+        batch, sx2 = read_samples(conn, st.fabric, sx, lo, hi)
+        if sx2 is not sx:
+            sx = sx2
+            _apply_meta(st, sx)
+        st.observe(batch)
+        st.watermark_ms = hi
+    return eng.run_cycle(st, at_ms), sx
+
+
+def _save_findings(conn: Connection, findings: list[Finding]) -> None:
+    if not findings:
+        return
+    conn.execute(text(
+        "INSERT INTO detection_findings (at, fingerprint, kind, state, payload) VALUES "
+        "(:at, :fp, :k, :s, CAST(:p AS jsonb)) ON CONFLICT ON CONSTRAINT detection_finding_once DO NOTHING"),
+        [{"at": _dt(f.at_ms), "fp": f.fingerprint, "k": f.kind, "s": f.state,
+          "p": json.dumps(f.to_dict(), default=_json_default)} for f in findings])
+
+
+def _json_default(o: object) -> object:
+    if isinstance(o, float | np.floating):
+        return None
+    return str(o)
+
+
+def detect_at(engine: Engine, at_ms: int, *, name: str = "default", config: Config | None = None) -> list[Finding]:
+    """One live cycle at data time `at_ms`: read new samples, observe, evaluate, persist state and models."""
+    with engine.begin() as conn:
+        conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('fabricwatch-detect:' || :n))"), {"n": name})
+        fabric = load_fabric(conn)
+        st = load_state(conn, name, fabric, config)
+        if st is None:
+            st = FeatureState(fabric, config)
+        if st.last_cycle_ms is not None and at_ms <= st.last_cycle_ms:
+            raise ValueError(f"cycle at {at_ms} is not after the last cycle ({st.last_cycle_ms})")
+        sx = load_series(conn, fabric)
+        _apply_meta(st, sx)
+        eng = DetectionEngine(load_models(conn))
+        findings, _ = _advance(conn, eng, st, sx, at_ms)
+        save_models(conn, eng.models)
+        save_state(conn, name, st)
+        _save_findings(conn, findings)
+    return findings
+
+
+def backtest(engine: Engine, from_ms: int, to_ms: int, step_ms: int, *, config: Config | None = None,
+             on_cycle: Callable[[int, list[Finding]], None] | None = None) -> list[Finding]:
+    """Replay stored history: cycles at from, from+step, ..., <= to, from a fresh state and fresh models.
+
+    Writes nothing; returns every cycle's findings in order.
+    """
+    if step_ms <= 0:
+        raise ValueError("step must be positive")
+    out: list[Finding] = []
+    with engine.connect() as conn:
+        fabric = load_fabric(conn)
+        st = FeatureState(fabric, config)
+        sx = load_series(conn, fabric)
+        _apply_meta(st, sx)
+        eng = DetectionEngine(ModelStore())
+        t = from_ms
+        while t <= to_ms:
+            findings, sx = _advance(conn, eng, st, sx, t)
+            out.extend(findings)
+            if on_cycle is not None:
+                on_cycle(t, findings)
+            t += step_ms
+    return out

@@ -1,0 +1,57 @@
+"""Persistence of detector state and cohort models (tables in models.py)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from sqlalchemy import Connection, text
+
+from service.detection.features import IF_FEATURES
+from service.detection.forest import CohortModel, ModelStore
+from service.detection.state import Config, Fabric, FeatureState
+
+
+def _dt(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000.0, tz=UTC)
+
+
+def load_state(conn: Connection, name: str, fabric: Fabric, config: Config | None = None) -> FeatureState | None:
+    row = conn.execute(text("SELECT blob FROM detector_state WHERE name = :n"), {"n": name}).first()
+    return FeatureState.from_bytes(bytes(row[0]), fabric, config) if row else None
+
+
+def save_state(conn: Connection, name: str, st: FeatureState) -> None:
+    conn.execute(text(
+        "INSERT INTO detector_state (name, watermark_ms, last_cycle_ms, ports, saved_at, blob) "
+        "VALUES (:n, :w, :c, :p, now(), :b) ON CONFLICT (name) DO UPDATE SET watermark_ms = excluded.watermark_ms, "
+        "last_cycle_ms = excluded.last_cycle_ms, ports = excluded.ports, saved_at = now(), blob = excluded.blob"),
+        {"n": name, "w": st.watermark_ms or 0, "c": st.last_cycle_ms, "p": st.fabric.P, "b": st.to_bytes()})
+
+
+def save_models(conn: Connection, models: ModelStore) -> int:
+    """Write models trained since the last save (new versions only; old versions are kept)."""
+    n = 0
+    for m in models.new:
+        conn.execute(text(
+            "INSERT INTO detector_models (cohort, version, trained_at, threshold, n_rows, features, blob) "
+            "VALUES (:c, :v, :t, :th, :n, CAST(:f AS jsonb), :b) ON CONFLICT ON CONSTRAINT detector_model_version "
+            "DO NOTHING"),
+            {"c": m.cohort, "v": m.version, "t": _dt(m.trained_at_ms), "th": m.threshold, "n": m.n_rows,
+             "f": json.dumps(list(IF_FEATURES)), "b": m.to_blob()})
+        n += 1
+    models.new.clear()
+    return n
+
+
+def load_models(conn: Connection) -> ModelStore:
+    """The newest version per cohort (models trained on another feature layout are skipped)."""
+    store = ModelStore()
+    rows = conn.execute(text(
+        "SELECT DISTINCT ON (cohort) cohort, version, (extract(epoch FROM trained_at) * 1000)::bigint, threshold, "
+        "n_rows, features, blob FROM detector_models ORDER BY cohort, version DESC")).all()
+    for cohort, version, t_ms, th, n_rows, features, blob in rows:
+        if list(features) != list(IF_FEATURES):
+            continue
+        store.models[cohort] = CohortModel.from_blob(cohort, version, int(t_ms), th, n_rows, bytes(blob))
+    return store
