@@ -6,10 +6,11 @@ from service.db import Base
 from service.drains.models import DrainBreaker, DrainRecommendation
 from service.incidents.models import Incident, IncidentEvent
 from service.inventory.models import Device, Endpoint, Link, Optic, Pod, Port
+from service.nccl.models import NcclBaseline, NcclResultRow, NcclRunRow
 from service.notify.models import OutboxMessage, WebhookDelivery, WebhookSubscription
 from service.telemetry.models import CollectionSlot, LinkEvent, LldpNeighbor, Series, TargetStatus, samples
 
 __all__ = ["Alert", "AlertEvent", "ApiToken", "Base", "CollectionSlot", "Device", "DrainBreaker",
            "DrainRecommendation", "Endpoint", "Incident", "IncidentEvent", "Link", "LinkEvent", "LldpNeighbor",
-           "MaintenanceWindow", "Optic", "OutboxMessage", "Pod", "Port", "Series", "Silence", "TargetStatus",
+           "MaintenanceWindow", "NcclBaseline", "NcclResultRow", "NcclRunRow", "Optic", "OutboxMessage", "Pod", "Port", "Series", "Silence", "TargetStatus",
            "WebhookDelivery", "WebhookSubscription", "samples"]

@@ -13,6 +13,8 @@ from service.config import Settings, get_settings
 from service.db import get_engine
 from service.drains import views as drain_views
 from service.incidents import views as incident_views
+from service.kpis import views as kpi_views
+from service.nccl import views as nccl_views
 from service.notify import views as notify_views
 from service.observability import REQUEST_SECONDS
 from service.telemetry import views as telemetry_views
@@ -43,4 +45,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(notify_views.router)
     app.include_router(incident_views.router)
     app.include_router(drain_views.router)
+    app.include_router(kpi_views.router)
+    app.include_router(nccl_views.router)
     return app
