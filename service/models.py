@@ -10,7 +10,33 @@ from service.nccl.models import NcclBaseline, NcclResultRow, NcclRunRow
 from service.notify.models import OutboxMessage, WebhookDelivery, WebhookSubscription
 from service.telemetry.models import CollectionSlot, LinkEvent, LldpNeighbor, Series, TargetStatus, samples
 
-__all__ = ["Alert", "AlertEvent", "ApiToken", "Base", "CollectionSlot", "Device", "DrainBreaker",
-           "DrainRecommendation", "Endpoint", "Incident", "IncidentEvent", "Link", "LinkEvent", "LldpNeighbor",
-           "MaintenanceWindow", "NcclBaseline", "NcclResultRow", "NcclRunRow", "Optic", "OutboxMessage", "Pod", "Port", "Series", "Silence", "TargetStatus",
-           "WebhookDelivery", "WebhookSubscription", "samples"]
+__all__ = [
+    "Alert",
+    "AlertEvent",
+    "ApiToken",
+    "Base",
+    "CollectionSlot",
+    "Device",
+    "DrainBreaker",
+    "DrainRecommendation",
+    "Endpoint",
+    "Incident",
+    "IncidentEvent",
+    "Link",
+    "LinkEvent",
+    "LldpNeighbor",
+    "MaintenanceWindow",
+    "NcclBaseline",
+    "NcclResultRow",
+    "NcclRunRow",
+    "Optic",
+    "OutboxMessage",
+    "Pod",
+    "Port",
+    "samples",
+    "Series",
+    "Silence",
+    "TargetStatus",
+    "WebhookDelivery",
+    "WebhookSubscription",
+]
