@@ -189,6 +189,10 @@ class EventHub:
             delay = min(delay * 2, 30.0)
 
     async def aclose(self) -> None:
+        """End every stream and the LISTEN (call from a shutdown hook: open streams delay a server's exit)."""
+        for q in list(self._clients):
+            with contextlib.suppress(asyncio.QueueFull):
+                q.put_nowait(None)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -200,6 +204,7 @@ class EventHub:
 
 HEARTBEAT_S = 15.0   # a comment line this often keeps proxies and load balancers from closing the stream
 READY_WAIT_S = 5.0
+POLL_S = 0.5         # how often an idle stream checks that its client is still there
 
 router = APIRouter(prefix="/api/v1", tags=["events"])
 
@@ -217,7 +222,8 @@ def _seq(event_id: str) -> int:
     return int(event_id.rpartition("-")[2])
 
 
-async def _stream(hub: EventHub, kinds: set[str] | None, last_id: str | None) -> AsyncIterator[str]:
+async def _stream(request: Request, hub: EventHub, kinds: set[str] | None,
+                  last_id: str | None) -> AsyncIterator[str]:
     async with hub.subscribe() as q:
         # The first line is sent once LISTEN is in place: a client that has read it misses nothing after.
         try:
@@ -230,11 +236,19 @@ async def _stream(hub: EventHub, kinds: set[str] | None, last_id: str | None) ->
             sent = _seq(ev.id)
             if kinds is None or ev.kind in kinds:
                 yield ev.sse()
+        quiet = 0.0
         while True:
             try:
-                ev = await asyncio.wait_for(q.get(), HEARTBEAT_S)
+                ev = await asyncio.wait_for(q.get(), POLL_S)
             except TimeoutError:
-                yield ": keepalive\n\n"
+                # Under ASGI 2.4 nothing cancels us when the client goes: look every POLL_S, so a
+                # closed stream frees its queue (and lets the server shut down) within a second.
+                if await request.is_disconnected():
+                    return
+                quiet += POLL_S
+                if quiet >= HEARTBEAT_S:
+                    quiet = 0.0
+                    yield ": keepalive\n\n"
                 continue
             if ev is None:
                 return  # this client fell too far behind; it reconnects with Last-Event-ID
@@ -254,5 +268,5 @@ async def get_events(
 ) -> StreamingResponse:
     wanted = {k.strip() for k in kinds.split(",") if k.strip()} if kinds else None
     last = last_event_id or request.query_params.get("last_event_id")
-    return StreamingResponse(_stream(hub_for(request.app), wanted, last), media_type="text/event-stream",
+    return StreamingResponse(_stream(request, hub_for(request.app), wanted, last), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -44,7 +44,8 @@ def test_cursor_pagination_is_stable_under_inserts(client: TestClient, engine: E
     # Rows that sort before and after the cursor arrive between pages; offsets would repeat or skip rows.
     with engine.begin() as conn:
         for name in ("aaa-new-host", "host-p1-00001a", "zzz-new-host"):
-            conn.execute(text("INSERT INTO devices (name, kind, role, gpus) VALUES (:n, 'host', 'host', 0)"), {"n": name})
+            conn.execute(text("INSERT INTO devices (name, kind, role, gpus) VALUES (:n, 'host', 'host', 0)"),
+                         {"n": name})
     while page["next_cursor"]:
         page = client.get("/api/v1/devices", params={"limit": 4, "cursor": page["next_cursor"]}).json()
         seen += [d["name"] for d in page["items"]]
