@@ -91,8 +91,10 @@ class Engine:
         lt = st.lane_trend
         for tb in st.trend.values():
             tb.close(at_ms)
+        r = cfg.trend_recent_points
         t, buf = st.trend["rx"].ordered()
         _, temp = st.trend["temp"].ordered()
+        t, buf, temp = t[-r:], buf[:, -r:], temp[:, -r:]
         for key in lt:
             lt[key][:] = np.nan
         rows, slope, level = trends.declining(t, buf, min_points=cfg.trend_min_points,
@@ -107,6 +109,7 @@ class Engine:
             lt["ttt_warn"][rows] = trends.time_to(level, slope, fab.th["rx_lw"][p])
             lt["ttt_alarm"][rows] = trends.time_to(level, slope, fab.th["rx_la"][p])
         t, buf = st.trend["bias"].ordered()
+        t, buf = t[-r:], buf[:, -r:]
         rows, slope, _ = trends.declining(t, buf, min_points=cfg.trend_min_points,
                                           min_drop_per_day=cfg.bias_slope_frac_per_day, rising=True)
         if len(rows):

@@ -68,7 +68,11 @@ class Fabric:
     port_index: dict[int, int] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.n_lanes = np.clip(self.n_lanes.astype(np.int64), 1, NPRIO)
+        self.n_lanes = np.clip(np.asarray(self.n_lanes, np.int64), 1, NPRIO)
+        self.dev = np.asarray(self.dev, np.int64)
+        self.peer = np.asarray(self.peer, np.int64)
+        self.cohort = np.asarray(self.cohort, np.int64)
+        self.port_ids = np.asarray(self.port_ids, np.int64)
         self.lane_off = np.concatenate([[0], np.cumsum(self.n_lanes)]).astype(np.int64)
         self.lane_port = np.repeat(np.arange(self.P), self.n_lanes)
         self.lane_no = np.arange(self.L) - self.lane_off[self.lane_port]
@@ -294,6 +298,7 @@ class Config:
     trend_bucket_ms: int = 2 * 3_600_000
     trend_points: int = 36                # 72 h of 2 h buckets
     trend_min_points: int = 12            # 24 h: a whole diurnal temperature cycle
+    trend_recent_points: int = 18         # slopes use the newest 36 h: the current rate, not the window's average
     trend_min_drop_db: float = 0.5        # and the level already this far below its own baseline
     decay_half_life_ms: int = 3_600_000   # flap/burst penalty half-life (loose-module memory)
     # layer 0

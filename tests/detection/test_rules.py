@@ -1,0 +1,294 @@
+"""Each layer-0/1/3 rule on small crafted series, and the guard rails (no database)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from service.detection.findings import Action, Cause, Severity
+from service.detection.state import Config, FeatureState, increases
+from service.telemetry.counters import increase
+from tests.detection.crafted import Driver, firing, tiny_fabric
+
+
+def warm(d: Driver, n: int = 20) -> list:
+    return d.run(n)
+
+
+def test_healthy_fabric_raises_nothing() -> None:
+    d = Driver()
+    assert d.run(60) == []
+
+
+def test_post_fec_errors_fire_after_two_intervals() -> None:
+    d = Driver()
+    warm(d)
+    p = d.port("h1", "eth2")
+    extra = np.zeros(d.fab.P)
+    extra[p] = 40
+    out1 = d.run(1, inc={"port_fec_uncorrectable_codewords_total": extra})
+    assert firing(out1) == []  # one interval is not yet two
+    out = d.run(2, inc={"port_fec_uncorrectable_codewords_total": extra})
+    f = firing(out, "post_fec_errors")
+    assert {(x.device, x.port) for x in f} == {("h1", "eth2")}
+    assert f[0].severity is Severity.PAGE and f[0].cause is Cause.POST_FEC and f[0].physical
+
+
+def test_flap_storm_versus_isolated_flaps() -> None:
+    d = Driver(step_ms=10_000)
+    warm(d, 10)
+    p = d.port("leaf", "Ethernet1/3")
+    one = np.zeros(d.fab.P)
+    one[[p, d.fab.peer[p]]] = 1
+    out = []
+    for _ in range(3):  # three isolated single flaps, a minute apart: no alert
+        out += d.run(1, inc={"port_link_down_events_total": one})
+        out += d.run(6)
+    assert firing(out) == []
+    storm = one * 6
+    out = d.run(2, inc={"port_link_down_events_total": storm})
+    f = firing(out, "flap_storm")
+    assert len({x.fingerprint for x in f}) == 1  # one finding per link, not one per end
+    assert f[0].action is Action.DISABLE_PORT and f[0].scope == "link"
+    assert {f[0].device, f[0].peer_device} == {"leaf", "h0"}
+
+
+def test_nic_pause_storm_is_not_congestion() -> None:
+    d = Driver()
+    warm(d)
+    p = d.port("h2", "eth0")
+    pause = np.zeros(d.fab.P)
+    pause[p] = 60.0  # paused the whole 60 s interval
+    stall = np.zeros(d.fab.P)
+    stall[p] = 10
+    rx_back = np.zeros(d.fab.P)
+    rx_back[p] = -400e9 * 60 / 8 * 0.3 * 0.999  # draining ~nothing
+    out = d.run(2, inc={"port_pause_storm_error_events_total": stall, "port_rx_bytes_total": rx_back},
+                prio_inc={"port_pfc_tx_pause_seconds_total": pause})
+    f = firing(out, "pause_storm")
+    assert [(x.device, x.port) for x in f][:1] == [("h2", "eth0")]
+    assert f[0].cause is Cause.NIC_PAUSE_STORM and f[0].action is Action.DRAIN_HOST and not f[0].physical
+    assert not [x for x in out if x.physical]
+
+
+def test_congestion_alone_raises_no_physical_finding() -> None:
+    d = Driver()
+    warm(d)
+    ecn = np.zeros(d.fab.P)
+    ecn[: d.fab.P // 2] = 400e9 * 60 / 8 * 0.3 / 4096 * 0.1  # 10 % of rx packets ECN-marked
+    pause = np.zeros(d.fab.P)
+    pause[: d.fab.P // 2] = 60 * 0.1
+    out = d.run(10, inc={"port_ecn_marked_packets_total": ecn}, prio_inc={"port_pfc_tx_pause_seconds_total": pause})
+    assert firing(out, "congestion")
+    assert all(f.cause is Cause.CONGESTION and not f.physical for f in out)
+
+
+def test_host_side_pcie_downgrade() -> None:
+    d = Driver()
+    warm(d)
+    d.pcie[d.port("h3", "eth1")] = 8
+    out = d.run(5)
+    f = firing(out, "host_side")
+    assert [(x.device, x.port) for x in f][:1] == [("h3", "eth1")] and f[0].cause is Cause.HOST_SIDE
+
+
+def test_contamination_step_on_one_lane_local_end() -> None:
+    d = Driver()
+    warm(d, 30)
+    p = d.port("leaf", "Ethernet1/5")
+    lane = d.fab.lane_off[p] + 2
+    rx = d.rx.copy()
+    rx[lane] -= 3.5
+    out = d.run(5, rx=rx)
+    f = firing(out, "optical_degradation")
+    assert f and {(x.device, x.port, x.cause, x.end, x.action) for x in f} == {
+        ("leaf", "Ethernet1/5", Cause.CONTAMINATION, "local", Action.CLEAN)}
+    assert "lane 2" in f[-1].summary
+    assert any(e.feature == "rx_delta_baseline_db" and e.value < -3 for e in f[-1].evidence)
+
+
+def test_peer_transmitter_fault_points_at_the_peer() -> None:
+    d = Driver()
+    warm(d, 30)
+    p = d.port("leaf", "Ethernet1/6")
+    q = int(d.fab.peer[p])
+    lanes_p = np.arange(d.fab.lane_off[p], d.fab.lane_off[p + 1])
+    lanes_q = np.arange(d.fab.lane_off[q], d.fab.lane_off[q + 1])
+    d.tx[lanes_q] -= 2.5
+    rx = d.rx.copy()
+    rx[lanes_p] -= 2.5
+    out = d.run(5, rx=rx)
+    f = firing(out, "optical_degradation")
+    assert f and f[-1].cause is Cause.TX_WEAROUT and f[-1].end == "peer"
+    assert (f[-1].device, f[-1].port) == (d.fab.dev_names[d.fab.dev[q]], d.fab.port_names[q])
+    assert f[-1].action is Action.REPLACE_PEER and (f[-1].peer_device, f[-1].peer_port) == ("leaf", "Ethernet1/6")
+
+
+def test_admin_down_port_raises_no_optical_alert() -> None:
+    d = Driver()
+    warm(d, 30)
+    p = d.port("leaf", "Ethernet1/7")
+    q = int(d.fab.peer[p])
+    rx = d.rx.copy()
+    for x in (p, q):
+        rx[d.fab.lane_off[x]:d.fab.lane_off[x + 1]] = -40.0
+    d.admin[p] = 0
+    d.oper[[p, q]] = 0
+    assert d.run(10, rx=rx) == []
+
+
+def test_counter_reset_wrap_and_missing_data_raise_nothing() -> None:
+    d = Driver()
+    warm(d)
+    for m in d.counters:  # a reboot: every counter restarts from zero
+        d.counters[m][:] = 0
+    assert d.run(5) == []
+    # 32-bit counters that wrap: declared width makes the drop a wrap, not a reset (a reset here
+    # would make the ECN share of rx packets jump and read as congestion)
+    d2 = Driver()
+    wrapping = ("port_rx_packets_total", "port_ecn_marked_packets_total")
+    for m in wrapping:
+        d2.st.set_counter_meta(m, np.arange(d2.fab.P), np.full(d2.fab.P, 32), np.zeros(d2.fab.P, bool))
+        d2.counters[m] = np.full(d2.fab.P, 2.0**32 - 2e6)
+    out = []
+    for _ in range(20):
+        d2.step()
+        for m in wrapping:
+            d2.counters[m] = d2.counters[m] % 2**32
+        out += d2.cycle()
+    assert out == []
+    # missing data: whole metrics absent for a while, then back
+    out = []
+    for _ in range(8):
+        d.step(drop={"optic_rx_power_dbm", "port_rx_phy_bits_total", "port_fec_corrected_bits_total"})
+        out += d.cycle()
+    out += d.run(5)
+    assert out == []
+
+
+def test_saturated_counter_gives_unknown_not_an_alert() -> None:
+    d = Driver()
+    warm(d)
+    m = "port_symbol_errors_total"
+    d.st.set_counter_meta(m, np.arange(d.fab.P), np.full(d.fab.P, 16), np.ones(d.fab.P, bool))
+    d.counters[m][:] = 2**16 - 1  # stuck at max from the start: the increase is unknown
+    d.run(1)
+    assert d.run(5) == []
+
+
+def test_shared_component_is_one_device_finding() -> None:
+    d = Driver()
+    warm(d)
+    leaf = np.flatnonzero(d.fab.dev == d.fab.dev_names.index("leaf"))
+    bad = leaf[: int(len(leaf) * 0.5)]
+    corr = np.zeros(d.fab.P)
+    corr[bad] = 400e9 * 60 * 1e-5  # pre-FEC BER 1e-5: 3 decades over baseline
+    out = d.run(6, inc={"port_fec_corrected_bits_total": corr})
+    dev = firing(out, "shared_component")
+    assert dev and dev[-1].device == "leaf" and dev[-1].scope == "device" and dev[-1].port is None
+    assert sorted(dev[-1].members) == sorted(d.fab.port_names[p] for p in bad)
+    assert not [f for f in out if f.kind != "shared_component" and f.device == "leaf"]
+
+
+def test_rx_trend_gives_time_to_threshold() -> None:
+    cfg = Config()
+    d = Driver(step_ms=3_600_000, config=cfg)
+    out = d.run(30)  # 30 h healthy: baseline and a full day of buckets
+    assert out == []
+    p = d.port("leaf", "Ethernet1/9")
+    lane = d.fab.lane_off[p] + 3
+    rx = d.rx.copy()
+    found = []
+    start = d.t
+    for h in range(72):
+        rx[lane] = d.rx[lane] - 0.75 * (h + 1) / 24  # 0.75 dB/day decline
+        found += d.run(1, rx=rx)
+    f = [x for x in firing(found, "optical_degradation") if x.ttt_hours is not None]
+    assert f, "the decline should be reported with a time to threshold"
+    first = f[0]
+    assert (first.device, first.port) == ("leaf", "Ethernet1/9")
+    assert "lane 3" in first.summary and "reaches low-warning in about" in first.summary
+    # the true remaining time: the lane's level at that moment down to low-warning (-4.9) at 0.75 dB/day
+    def err(x: object) -> float:
+        hours = (x.at_ms - start) / 3_600_000
+        true_h = (d.rx[lane] - 0.75 * hours / 24 + 4.9) / 0.75 * 24
+        return abs(x.ttt_hours - true_h) / true_h
+
+    # first report: the slope window still holds some flat history, so it errs late, within 50 %;
+    # once the window is all decline (36 h), within the 25 % MAPE target of detection.md 4.4
+    assert err(first) < 0.5
+    settled = [x for x in f if x.at_ms - start >= 40 * 3_600_000]
+    assert settled and max(err(x) for x in settled) < 0.25
+
+
+def test_bias_rise_at_constant_tx_is_local_wearout() -> None:
+    d = Driver(step_ms=3_600_000)
+    d.run(30)
+    p = d.port("h0", "eth3")
+    lanes = np.arange(d.fab.lane_off[p], d.fab.lane_off[p + 1])
+    base = d.bias.copy()
+    found = []
+    for h in range(96):
+        d.bias[lanes] = base[lanes] * (1 + 0.05 * (h + 1) / 24)
+        found += d.run(1)
+    f = firing(found, "bias_drift")
+    assert f and (f[0].device, f[0].port) == ("h0", "eth3") and f[0].cause is Cause.TX_WEAROUT
+    assert f[0].action is Action.REPLACE_LOCAL
+
+
+def test_garbage_never_crashes() -> None:
+    d = Driver()
+    warm(d, 5)
+    P, L = d.fab.P, d.fab.L
+    garbage = np.array([np.nan, np.inf, -np.inf, 1e308, -1e308, 0.0])
+    for k in range(6):
+        v_p, v_l = np.full(P, garbage[k]), np.full(L, garbage[k])
+        batch = {m: (np.arange(P), np.full(P, d.t + 1000 * (k + 1)), v_p) for m in d.counters}
+        batch["optic_rx_power_dbm"] = (np.arange(L), np.full(L, d.t + 1000 * (k + 1)), v_l)
+        batch["port_oper_up"] = (np.arange(P), np.full(P, d.t + 1000 * (k + 1)), v_p)
+        batch["not_a_metric"] = (np.arange(3), np.zeros(3), np.zeros(3))
+        batch["optic_tx_power_dbm"] = (np.array([-1, 10**9 % L]), np.zeros(2), np.ones(2))
+        d.st.observe(batch)
+        d.t += 60_000
+        for f in d.cycle():
+            assert f.summary and np.isfinite(f.score)
+    # an empty fabric and a fabric whose cohorts have no members
+    empty = tiny_fabric(hosts=0)
+    st = FeatureState(empty)
+    st.observe({})
+    assert Driver(empty).cycle() == []
+    fab = tiny_fabric(hosts=1, nics=1)
+    fab.cohort_names = fab.cohort_names + ["nobody|1G|core"]
+    assert Driver(fab).run(3) == []
+
+
+@pytest.mark.parametrize("bits,sat", [(None, False), (32, False), (16, True), (8, False)])
+def test_vectorised_increases_match_counters_increase(bits: int | None, sat: bool) -> None:
+    rng = np.random.default_rng(bits or 1)
+    top = 2.0 ** (bits or 40)
+    prev = np.floor(rng.uniform(0, top, 2000))
+    cur = np.where(rng.random(2000) < 0.5, prev + np.floor(rng.uniform(0, top / 4, 2000)),
+                   np.floor(rng.uniform(0, top, 2000)))
+    if bits:
+        cur = np.where(sat, np.minimum(cur, top - 1), cur % top)
+        cur[::7] = top - 1
+    prev[::11] = np.nan
+    got = increases(prev, cur, np.full(2000, bits or 0, np.int16), np.full(2000, sat))
+    want = [increase(float(a), float(b), bits=bits, saturating=sat) for a, b in zip(prev, cur, strict=True)]
+    want_a = np.asarray([np.nan if w is None else w for w in want])
+    assert np.array_equal(np.isnan(got), np.isnan(want_a))
+    assert np.allclose(got[~np.isnan(got)], want_a[~np.isnan(want_a)])
+
+
+def test_observe_is_independent_of_batching() -> None:
+    """Two samples of one entity in a batch, or one per batch: the same state."""
+    fab = tiny_fabric(hosts=1, nics=1)
+    a, b = FeatureState(fab), FeatureState(fab)
+    m = "port_link_down_events_total"
+    idx, ts, val = np.array([0, 0, 0]), np.array([1000, 2000, 3000]), np.array([5.0, 7.0, 2.0])
+    a.observe({m: (idx, ts, val)})
+    for i in range(3):
+        b.observe({m: (idx[i:i + 1], ts[i:i + 1], val[i:i + 1])})
+    for f in ("last", "acc", "acc_ms", "peak"):
+        assert np.array_equal(getattr(a.counters[m], f), getattr(b.counters[m], f), equal_nan=True)
+    assert a.counters[m].acc[0] == 2 + 2  # +2, then a reset counted from zero (+2)
