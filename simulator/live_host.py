@@ -198,7 +198,7 @@ def ethtool_runner(ethtool_dir: Path) -> Runner:
     def run(cmd: list[str], timeout_s: float) -> str:
         from collectors.base import CollectError
 
-        if len(cmd) == 3 and cmd[0] == "ethtool" and cmd[1] in ("-S", "-m"):
+        if len(cmd) == 3 and Path(cmd[0]).name == "ethtool" and cmd[1] in ("-S", "-m"):
             f = ethtool_dir / f"ethtool_{cmd[1][1]}_{cmd[2]}.txt"
             if f.is_file():
                 return f.read_text()

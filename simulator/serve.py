@@ -263,7 +263,8 @@ class LiveFabric:
             common["intervals"] = {"counters": iv, "optics": iv, "state": iv}
         if role == "host":
             if device in self.host_dirs:
-                return [{"protocol": "host", **common, "sysfs_root": str(self.host_dirs[device])}]
+                return [{"protocol": "host", **common, "sysfs_root": str(self.host_dirs[device]),
+                         "ethtool": str(self.host_dirs[device] / "bin" / "ethtool")}]
             return []
         want = self._protocols.get(role, "snmp")
         if want == "snmp" and device not in self.snmp_ports:

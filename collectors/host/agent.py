@@ -88,13 +88,14 @@ def collect_host(
     budget_s = float(params.get("budget_s", max(30.0, 4 * target.timeout_s)))
     dev, ts = target.device, now_ms
     warnings: list[str] = []
+    ethtool = str(params.get("ethtool") or "ethtool")  # a path or wrapper (sudo, a simulator shim)
 
     def ethtool_stats(ifname: str, label: str) -> Callable[[], list[Sample]]:
-        return lambda: parse_ethtool_stats(runner(["ethtool", "-S", ifname], target.timeout_s), device=dev,
+        return lambda: parse_ethtool_stats(runner([ethtool, "-S", ifname], target.timeout_s), device=dev,
                                            port=label, ts_ms=ts, source=f"ethtool -S {ifname}")
 
     def ethtool_module(ifname: str, label: str) -> Callable[[], list[Sample]]:
-        cmd = ["ethtool", "--json", "-m", ifname] if params.get("module_json") else ["ethtool", "-m", ifname]
+        cmd = [ethtool, "--json", "-m", ifname] if params.get("module_json") else [ethtool, "-m", ifname]
 
         def go() -> list[Sample]:
             reading = parse_ethtool_module(runner(cmd, target.timeout_s), device=dev, port=label, ts_ms=ts,

@@ -117,6 +117,7 @@ class Endpoint(Strict):
     path_set: str | None = Field(default=None, description="openconfig, arista, nokia, juniper, ...")
     # host agent
     sysfs_root: str | None = None
+    ethtool: str | None = Field(default=None, description="ethtool command to run (path or wrapper); default 'ethtool'")
     dcgm_url: str | None = None
 
     @model_validator(mode="after")
