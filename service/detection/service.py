@@ -103,7 +103,7 @@ FROM series s JOIN devices d ON d.id = s.device_id WHERE s.metric = ANY(:m) AND 
 def load_series(conn: Connection, fabric: Fabric, old: SeriesIndex | None = None) -> SeriesIndex:
     after = old.max_id if old is not None else 0
     rows = conn.execute(text(_SERIES_SQL), {"m": list(USED_METRICS), "after": after}).all()
-    top = max([after] + [r[0] for r in rows])
+    top = max(after, conn.execute(text("SELECT COALESCE(max(id), 0) FROM series")).scalar_one())
     metric_of = np.full(top + 1, -1, np.int16)
     entity_of = np.full(top + 1, -1, np.int64)
     bits = np.zeros(top + 1, np.int16)
@@ -156,6 +156,8 @@ def read_samples(conn: Connection, fabric: Fabric, sx: SeriesIndex, lo_ms: int, 
         sx = load_series(conn, fabric, sx)
     ts = arr[:, 1].astype(np.int64)
     val = arr[:, 2]
+    known = sid <= sx.max_id  # a series created after the index was read: picked up next cycle
+    sid, ts, val = sid[known], ts[known], val[known]
     m = sx.metric_of[sid]
     out = {}
     for code in np.unique(m[m >= 0]).tolist():

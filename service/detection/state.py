@@ -423,7 +423,7 @@ class FeatureState:
         if metric == "optic_rx_power_dbm":  # wobble: EW mean of |successive differences| (fiber, F22)
             ok = np.isfinite(val)
             i2, v2 = idx[ok], val[ok]
-            d = np.abs(v2 - gt.last[i2])
+            d = np.minimum(np.abs(v2 - gt.last[i2]), 1.0)  # a step is not a wobble: clip its one big jump
             j = self.rx_jitter[i2]
             fresh = ~np.isfinite(j) & np.isfinite(d)
             j = np.where(fresh, d, np.where(np.isfinite(d), j + 0.05 * (d - j), j))
