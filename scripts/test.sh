@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v snmpd >/dev/null || need_apt+=(snmpd)
 command -v snmpbulkwalk >/dev/null || need_apt+=(snmp)
+command -v chromium >/dev/null || need_apt+=(chromium)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3-venv)
 if ((${#need_apt[@]})); then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

@@ -3,28 +3,43 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
 
+from service import events
 from service.alerts import views as alert_views
 from service.api import health, problems
 from service.config import Settings, get_settings
 from service.db import get_engine
 from service.drains import views as drain_views
+from service.fleet import views as fleet_views
 from service.incidents import views as incident_views
+from service.inventory import views as inventory_views
 from service.kpis import views as kpi_views
 from service.nccl import views as nccl_views
+from service.noc import views as noc_views
 from service.notify import views as notify_views
 from service.observability import REQUEST_SECONDS
 from service.telemetry import views as telemetry_views
+
+ROUTERS = (health.router, noc_views.router, inventory_views.router, fleet_views.router, telemetry_views.router,
+           alert_views.router, notify_views.router, incident_views.router, drain_views.router, kpi_views.router,
+           nccl_views.router, events.router)
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    yield
+    await events.hub_for(app).aclose()  # open SSE streams must not hold the server's exit
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     if not settings.database_url:
         raise RuntimeError("create_app needs settings.database_url (the CLI starts the embedded default)")
-    app = FastAPI(title="fabricwatch", version="0.1.0",
+    app = FastAPI(title="fabricwatch", version="0.1.0", lifespan=_lifespan,
                   description="Fabric telemetry and anomaly detection for GPU clusters.")
     app.state.settings = settings
     app.state.engine = get_engine(settings.database_url)
@@ -39,12 +54,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                str(response.status_code)).observe(time.perf_counter() - t0)
         return response
 
-    app.include_router(health.router)
-    app.include_router(telemetry_views.router)
-    app.include_router(alert_views.router)
-    app.include_router(notify_views.router)
-    app.include_router(incident_views.router)
-    app.include_router(drain_views.router)
-    app.include_router(kpi_views.router)
-    app.include_router(nccl_views.router)
+    for router in ROUTERS:
+        app.include_router(router)
     return app
