@@ -54,6 +54,16 @@ class Settings(BaseSettings):
     public_url: str | None = Field(default=None, description="base URL for links in notifications")
     spool_dir: str | None = Field(default=None, description="where collections wait while the database is away")
     dispatch_interval_s: float = Field(default=1.0, gt=0, le=60)
+    rollup_5m_retention_days: int = Field(default=90, ge=1, le=3650, description="days of 5-minute rollups kept")
+    rollup_1h_retention_days: int = Field(default=400, ge=1, le=3650, description="days of 1-hour rollups kept")
+    rollup_interval_s: float = Field(default=60.0, gt=0, le=3600, description="how often rollups catch up")
+    rollup_lag_s: float = Field(default=60.0, ge=0, le=3600,
+                                description="a bucket is closed this long after its end (late samples)")
+    rollup_max_gap_s: float = Field(default=900.0, gt=0, le=86400,
+                                    description="counter steps longer than this give no increase in rollups")
+    rollup_max_chunks: int = Field(default=24, ge=1, le=10_000, description="chunks (1 h of 5m, 1 d of 1h) per run")
+    series_5m_after_s: float = Field(default=6 * 3600.0, gt=0, description="ranges longer than this read 5m rollups")
+    series_1h_after_s: float = Field(default=7 * 86400.0, gt=0, description="ranges longer than this read 1h rollups")
 
     @classmethod
     def settings_customise_sources(

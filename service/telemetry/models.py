@@ -19,6 +19,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -104,3 +105,40 @@ class LldpNeighbor(Base):
     remote_device: Mapped[str] = mapped_column(String(256))
     remote_port: Mapped[str] = mapped_column(String(256))
     seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+def _rollup_table(name: str) -> Table:
+    """Per-series summary of one bucket; `increase`/`covered_s` are set for counters only."""
+    return Table(
+        name,
+        Base.metadata,
+        Column("series_id", Integer, nullable=False),
+        Column("bucket", DateTime(timezone=True), nullable=False),
+        Column("n", Integer, nullable=False),
+        Column("min", Float(53), nullable=False),
+        Column("max", Float(53), nullable=False),
+        Column("avg", Float(53), nullable=False),
+        Column("last", Float(53), nullable=False),
+        Column("first_ts", DateTime(timezone=True), nullable=False),
+        Column("last_ts", DateTime(timezone=True), nullable=False),
+        # Reset/wrap-aware increase of the steps that END in this bucket (the step from the
+        # previous bucket's last sample included), and the seconds those steps span.
+        Column("increase", Float(53)),
+        Column("covered_s", Float(53)),
+        PrimaryKeyConstraint("series_id", "bucket", name=f"{name}_pkey"),
+        postgresql_partition_by="RANGE (bucket)",
+    )
+
+
+# Rollups of `samples`, partitioned on bucket like samples on ts; kept longer than raw.
+rollup_5m = _rollup_table("rollup_5m")
+rollup_1h = _rollup_table("rollup_1h")
+
+
+class RollupWatermark(Base):
+    """Per rollup level: every bucket before `done_until` is computed (closed buckets only)."""
+
+    __tablename__ = "rollup_watermarks"
+    level: Mapped[str] = mapped_column(String(8), primary_key=True)
+    done_until: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=text("now()"))
