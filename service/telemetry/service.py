@@ -5,15 +5,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
+from service.config import get_settings
 from service.observability import INGEST_ERRORS, INGESTED_ROWS
 from service.telemetry import catalogue
 from service.telemetry.counters import rates
 from service.telemetry.ingest import Ingestor, IngestReport
 from service.telemetry.promtext import PromParseError, iter_samples
+from service.telemetry.rollups import L1H, L5M, LEVELS, Level, floor_to, read_rollup, watermark
 from service.telemetry.samples import Sample
 
 
@@ -99,11 +102,15 @@ def query_series(
     step_s: float | None = None,
     raw: bool = False,
     max_series: int = 1000,
+    level_after_s: tuple[float, float] | None = None,
 ) -> list[SeriesResult]:
     """Stored series in [start, end]: gauges as stored, counters as per-second rates.
 
     With `step_s`, points are bucketed: gauges average per bucket; counter rates are the
     summed increases per bucket divided by the bucket's covered time.
+
+    Ranges longer than `level_after_s` (5m, 1h thresholds; default from settings) are served
+    from rollups, bucketed at least at the rollup's width, with the same point shape.
     """
     mdef = catalogue.get(metric)
     if mdef is None:
@@ -112,6 +119,9 @@ def query_series(
     found = conn.execute(text(_SERIES_SQL), {
         "metric": metric, "device": device, "port": port, "lane": lane, "priority": priority,
         "gpu": gpu, "limit": max_series}).all()
+    level = None if raw else _pick_level(end - start, step_s, level_after_s)
+    if level is not None:
+        return _query_rollups(conn, level, mdef, found, start, end, step_s, is_counter)
     out = []
     for sid, m, dev, prt, ln, prio, g, bits, sat in found:
         rows = conn.execute(text(_POINTS_SQL), {"sid": sid, "start": start, "end": end}).all()
@@ -152,3 +162,80 @@ def _bucket_rates(ts: list[int], per_s: list[float | None], step_s: float) -> li
         inc[b] = inc.get(b, 0.0) + r * dt / 1000.0
         covered[b] = covered.get(b, 0) + dt
     return [(b, inc[b] * 1000.0 / covered[b]) for b in sorted(inc)]
+
+
+def _pick_level(span: timedelta, step_s: float | None, after_s: tuple[float, float] | None) -> Level | None:
+    """Raw for short ranges, 5m rollups for medium, 1h for long; never coarser than a requested step."""
+    if after_s is None:
+        settings = get_settings()
+        after_s = (settings.series_5m_after_s, settings.series_1h_after_s)
+    secs = span.total_seconds()
+    level = L1H if secs > after_s[1] else L5M if secs > after_s[0] else None
+    while level is not None and step_s is not None and step_s < level.bucket_s:
+        level = L5M if level is L1H else None
+    return level
+
+
+_TAIL_SQL = """
+SELECT series_id, (extract(epoch FROM ts) * 1000)::bigint, value FROM samples
+WHERE series_id = ANY(:sids) AND ts >= :start AND ts <= :end ORDER BY series_id, ts
+"""
+
+
+def _query_rollups(conn: Connection, level: Level, mdef: catalogue.MetricDef, found: list[Any], start: datetime,
+                   end: datetime, step_s: float | None, is_counter: bool) -> list[SeriesResult]:
+    """Series from the coarsest rollups that cover the range, then finer ones, then raw after the watermarks.
+
+    Each source contributes (increase, covered ms) per counter bucket or (sum, n) per gauge bucket;
+    they add up because every source attributes a counter step to the bucket where it ends.
+    """
+    max_gap_s = get_settings().rollup_max_gap_s
+    # The step is a whole number of rollup buckets so that rollup rows fold exactly.
+    width = level.bucket_s
+    step_ms = int(max(width, -(-(step_s or width) // width) * width) * 1000)
+    sids = [r[0] for r in found]
+    acc: dict[int, dict[int, list[float]]] = {sid: {} for sid in sids}
+
+    def add(sid: int, t_ms: int, a: float, b: float) -> None:
+        cell = acc[sid].setdefault(t_ms - t_ms % step_ms, [0.0, 0.0])
+        cell[0] += a
+        cell[1] += b
+
+    lo = floor_to(start, width)
+    for lv in reversed(LEVELS[:LEVELS.index(level) + 1]):  # coarsest first
+        wm = watermark(conn, lv)
+        hi = min(wm, end) if wm is not None else lo
+        for sid, b_ms, n, avg, inc, cov in read_rollup(conn, lv, sids, lo, hi):
+            if not is_counter:
+                add(sid, b_ms, avg * n, n)
+            elif inc is not None and cov:
+                add(sid, b_ms, inc, cov * 1000.0)
+        if wm is not None:
+            lo = max(lo, wm)  # every bucket before wm came from rollups (wm is bucket-aligned)
+    # After the finest watermark: raw samples, from one step before it so its first step counts.
+    tail: dict[int, tuple[list[int], list[float]]] = {sid: ([], []) for sid in sids}
+    if lo <= end:
+        for sid, t_ms, v in conn.execute(text(_TAIL_SQL), {
+                "sids": sids, "start": lo - timedelta(seconds=max_gap_s), "end": end}).all():
+            tail[sid][0].append(t_ms)
+            tail[sid][1].append(v)
+    lo_ms = int(lo.timestamp() * 1000)
+    out = []
+    for sid, m, dev, prt, ln, prio, g, bits, sat in found:
+        ts, vals = tail[sid]
+        if is_counter:
+            per_s = rates(ts, vals, bits=bits, saturating=sat, max_gap_ms=int(max_gap_s * 1000))
+            for i in range(1, len(ts)):
+                r = per_s[i]
+                if r is not None and ts[i] >= lo_ms:
+                    dt = ts[i] - ts[i - 1]
+                    add(sid, ts[i], r * dt / 1000.0, dt)
+            points = [(b, a * 1000.0 / c) for b, (a, c) in sorted(acc[sid].items()) if c]
+        else:
+            for t, v in zip(ts, vals, strict=True):
+                if t >= lo_ms:
+                    add(sid, t, v, 1.0)
+            points = [(b, a / c) for b, (a, c) in sorted(acc[sid].items()) if c]
+        out.append(SeriesResult(m, dev, prt, ln, prio, g, mdef.kind.value, "1/s" if is_counter else mdef.unit,
+                                points))
+    return out
