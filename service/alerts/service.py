@@ -138,11 +138,9 @@ def _record(conn: Connection, cs: ChangeSet | None, row: dict[str, Any], event: 
 
 
 def _publish(conn: Connection, change: AlertChange) -> None:
-    """Tell live clients (SSE) after commit, when the events module is present (another domain's)."""
-    try:
-        from service.events import publish
-    except ImportError:
-        return
+    """Tell live clients (SSE) after commit."""
+    from service.events import publish
+
     publish(conn, "alert", {"id": change.alert_id, "event": change.event, "state": change.to_state})
 
 
