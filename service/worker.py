@@ -36,6 +36,8 @@ def configure(app: Celery, settings: Settings) -> Celery:
             "dispatch-collections": {"task": "fabricwatch.dispatch_collections",
                                      "schedule": settings.dispatch_interval_s},
             "maintain-partitions": {"task": "fabricwatch.maintain_partitions", "schedule": 3600.0},
+            "compute-rollups": {"task": "fabricwatch.compute_rollups", "schedule": settings.rollup_interval_s},
+            "maintain-rollups": {"task": "fabricwatch.maintain_rollups", "schedule": 3600.0},
             "deliver-webhooks": {"task": "fabricwatch.deliver_outbox", "schedule": settings.webhook_poll_s},
         },
     )
