@@ -169,7 +169,7 @@ class Builder:
                 else 0.15
             # wobble: the degraded lanes move from sample to sample clearly more than the port's other lanes
             jmax = np.nanmax(jit) if np.isfinite(jit).any() else np.nan
-            wobble = bool(np.isfinite(jmax) and jmax >= cfg.wobble_db and jmax - jit_ref >= 0.15)
+            wobble = bool(np.isfinite(jmax) and jmax >= cfg.wobble_db and jmax - jit_ref >= 0.12)
         ttw = self.st.lane_trend["ttt_warn"][deg]
         tta = self.st.lane_trend["ttt_alarm"][deg]
         slope = self.st.lane_trend["rx_slope"][deg] * 24
@@ -323,7 +323,7 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
                 if h in active:
                     active[h] = active[h] & ~active[k]
     # one device ticket, not N link tickets
-    in_shared = members & (dev_fire | dev_hold)[fab.dev]
+    in_shared = (dev_fire | dev_hold)[fab.dev]  # every port of a device under a shared-component finding
     for k in PHYSICAL_RAW:
         if k in active and k != "flap_storm":
             active[k] = active[k] & ~in_shared

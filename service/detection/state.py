@@ -313,7 +313,7 @@ class Config:
     bias_slope_frac_per_day: float = 0.015
     ber_margin_dec: float = 1.0           # pre-FEC BER within 1 decade of the FEC limit
     ber_jump_dec: float = 1.5             # pre-FEC BER above its own baseline by this many decades
-    wobble_db: float = 0.3                # EW mean |successive rx difference| on the degraded lanes
+    wobble_db: float = 0.25               # EW mean |successive rx difference| on the degraded lanes
     trend_slope_db_per_day: float = 0.1
     ttt_warn_hours: float = 14 * 24.0
     shared_frac: float = 0.3
