@@ -31,7 +31,7 @@ class V2cUnreachable(Exception):
     """The host reported the port unreachable (ICMP), or the socket failed."""
 
 
-def encode_getbulk(community: str, request_id: int, max_repetitions: int, columns: Sequence[Oid]) -> bytes:
+def encode_getbulk(community: bytes | str, request_id: int, max_repetitions: int, columns: Sequence[Oid]) -> bytes:
     """A v2c GetBulkRequest message, built and BER-encoded by pysnmp."""
     from pyasn1.codec.ber import encoder
     from pysnmp.proto.api import v2c
@@ -44,7 +44,7 @@ def encode_getbulk(community: str, request_id: int, max_repetitions: int, column
     v2c.apiBulkPDU.set_varbinds(pdu, [(c, v2c.null) for c in columns])
     msg = v2c.Message()
     v2c.apiMessage.set_defaults(msg)
-    v2c.apiMessage.set_community(msg, community)
+    v2c.apiMessage.set_community(msg, community.encode() if isinstance(community, str) else community)
     v2c.apiMessage.set_pdu(msg, pdu)
     return bytes(encoder.encode(msg))
 
@@ -91,7 +91,7 @@ class V2cSession:
         queue = self._proto.queue
         for _ in range(self.tries):
             request_id = next(_REQUEST_IDS) % 2**31
-            self._transport.sendto(encode_getbulk(self.community, request_id, max_repetitions, columns))
+            self._transport.sendto(encode_getbulk(self._community_b, request_id, max_repetitions, columns))
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self.timeout_s
             while (left := deadline - loop.time()) > 0:

@@ -75,6 +75,21 @@ def test_v2c_poll_equals_recording(sim: Peer) -> None:
                                                            for n in res.neighbors)]
 
 
+def test_poll_groups_narrow_the_walk(sim: Peer) -> None:
+    full = collect_snmp(v2c("arista", sim.port), now_ms=1)
+    state = collect_snmp(v2c("arista", sim.port, params={"poll_groups": ["state"]}), now_ms=1)
+    assert state.ok, state.error
+    metrics = {s.metric for s in state.samples}
+    assert "port_oper_up" in metrics and "port_rx_bytes_total" not in metrics
+    assert not any(m.startswith("optic_") for m in metrics)
+    assert state.neighbors == full.neighbors and state.neighbors
+    counters = collect_snmp(v2c("arista", sim.port, params={"poll_groups": ["counters"]}), now_ms=1)
+    assert counters.ok and not counters.neighbors
+    assert "port_rx_bytes_total" in {s.metric for s in counters.samples}
+    want = sorted(repr(s) for s in full.samples if s.metric == "port_rx_bytes_total")
+    assert sorted(repr(s) for s in counters.samples if s.metric == "port_rx_bytes_total") == want
+
+
 def test_wrong_community_times_out_clearly(sim: Peer) -> None:
     t = Target(name="nocomm", device="x", protocol="snmp", port=sim.port, secrets={"community": "nope"},
                timeout_s=0.3, retries=0)
@@ -100,6 +115,19 @@ def test_v3_authpriv_against_snmpd(snmpd: Peer) -> None:
     oper = {s.port: s.value for s in res.samples if s.metric == "port_oper_up"}
     assert oper == _eth_interfaces()
     assert "lo" not in oper  # softwareLoopback is not a port
+
+
+def test_v3_engine_is_reused_across_polls(snmpd: Peer) -> None:
+    from collectors import snmp
+
+    for _ in range(2):
+        res = collect_snmp(v3(snmpd.port, V3["auth_key"], V3["priv_key"]), now_ms=1)
+        assert res.ok, res.error
+    assert snmp._worker is not None
+    engines = snmp._ENGINES[snmp._worker.loop]
+    before = dict(engines)
+    assert collect_snmp(v3(snmpd.port, V3["auth_key"], V3["priv_key"]), now_ms=2).ok
+    assert engines == before  # same credentials: the same engine, nothing new built
 
 
 def test_v3_wrong_auth_key_reports_usm_failure(snmpd: Peer) -> None:

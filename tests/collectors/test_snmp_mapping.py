@@ -158,3 +158,24 @@ def test_truncated_real_recording() -> None:
     with pytest.raises(ParseError) as info:
         parse_snmprec(cut, device="d", ts_ms=1, source="cut.snmprec")
     assert info.value.line == 201
+
+
+def test_walk_plan_follows_poll_groups() -> None:
+    from collectors import snmp_oids as O
+    from collectors.snmp import walk_plan
+
+    def cols(poll_groups: list[str] | None) -> set[tuple[int, ...]]:
+        return {c for group in walk_plan(list(O.DEFAULT_GROUPS), poll_groups) for c in group}
+
+    everything = cols(None)
+    assert everything == {c for g in O.WALK_GROUPS.values() for c in g}
+    naming = {(*O.IF_ENTRY, O.IF_DESCR), (*O.IF_ENTRY, O.IF_TYPE), (*O.IFX_ENTRY, O.IFX_NAME)}
+    lldp = set(O.WALK_GROUPS["lldp_rem"]) | set(O.WALK_GROUPS["lldp_loc"])
+    state, counters, optics = cols(["state"]), cols(["counters"]), cols(["optics"])
+    assert naming <= state & counters & optics
+    assert lldp <= state and not lldp & (counters | optics)
+    assert (*O.IFX_ENTRY, O.IFX_HC_IN_OCTETS) in counters and (*O.IFX_ENTRY, O.IFX_HC_IN_OCTETS) not in state
+    assert set(O.WALK_GROUPS["jnx_dom"]) <= optics and not set(O.WALK_GROUPS["jnx_dom"]) & (state | counters)
+    # ENTITY sensors also give device_temperature_celsius, which group_of files under counters
+    assert set(O.WALK_GROUPS["ent_sensor"]) <= optics & counters and not set(O.WALK_GROUPS["ent_sensor"]) & state
+    assert cols(["counters", "optics", "state"]) == everything
