@@ -15,10 +15,12 @@ GROUPS = ("counters", "optics", "state")
 
 
 def group_of(metric: str) -> str:
-    """The poll group a metric belongs to: optics and state have their own intervals."""
+    """The poll group a metric belongs to: optics (and slow device sensors) and state have their own intervals."""
     m = METRICS.get(metric)
     if m is None:
         return "counters"
+    if m.group == "device":
+        return "optics"  # component temperatures change as slowly as DOM readings
     return m.group if m.group in ("optics", "state") else "counters"
 
 

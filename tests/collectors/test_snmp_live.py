@@ -153,7 +153,7 @@ def test_hung_agent_times_out_within_budget(silent: int) -> None:
     took = time.monotonic() - t0
     assert not res.ok and "hung" in res.error and "timeout" in res.error
     assert "0.4s x 2 tries" in res.error
-    assert took < 0.4 * 2 + 1.0, took
+    assert took < 0.4 * 2 + 3.0, took  # bounded by the timeout, with slack for a loaded CI machine
 
 
 def test_one_bad_target_does_not_stop_the_others(sim: Peer, silent: int) -> None:
@@ -170,7 +170,7 @@ def test_one_bad_target_does_not_stop_the_others(sim: Peer, silent: int) -> None
                       secrets={"community": "arista"})]
     t0 = time.monotonic()
     results = {r.target: r for r in collect_many(targets, now_ms=1)}
-    assert time.monotonic() - t0 < 6
+    assert time.monotonic() - t0 < 20  # the hung and gone targets add their timeout, not a hang
     for good in ("arista", "cisco", "junos"):
         assert results[good].ok and results[good].samples, results[good].error
     for bad in ("hung", "gone", "badver"):
