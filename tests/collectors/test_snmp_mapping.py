@@ -176,6 +176,6 @@ def test_walk_plan_follows_poll_groups() -> None:
     assert lldp <= state and not lldp & (counters | optics)
     assert (*O.IFX_ENTRY, O.IFX_HC_IN_OCTETS) in counters and (*O.IFX_ENTRY, O.IFX_HC_IN_OCTETS) not in state
     assert set(O.WALK_GROUPS["jnx_dom"]) <= optics and not set(O.WALK_GROUPS["jnx_dom"]) & (state | counters)
-    # ENTITY sensors also give device_temperature_celsius, which group_of files under counters
-    assert set(O.WALK_GROUPS["ent_sensor"]) <= optics & counters and not set(O.WALK_GROUPS["ent_sensor"]) & state
+    # ENTITY sensors give optics and device_temperature_celsius, which group_of also files under optics
+    assert set(O.WALK_GROUPS["ent_sensor"]) <= optics and not set(O.WALK_GROUPS["ent_sensor"]) & (state | counters)
     assert cols(["counters", "optics", "state"]) == everything
