@@ -32,15 +32,14 @@ def seg_reduce(ufunc: np.ufunc, x: np.ndarray, off: np.ndarray, empty: float = n
 def seg_argmin(x: np.ndarray, off: np.ndarray) -> np.ndarray:
     """Lane number (within its port) of each port's minimum; 0 if all NaN."""
     P = len(off) - 1
-    if not len(x):
-        return np.zeros(P, np.int64)
-    y = np.where(np.isfinite(x), x, np.inf)
-    port = np.repeat(np.arange(P), np.diff(off))
-    order = np.lexsort((y, port))
-    first = off[:-1]
-    ok = np.diff(off) > 0
     out = np.zeros(P, np.int64)
-    out[ok] = order[first[ok]] - first[ok]
+    if not len(x):
+        return out
+    mins = seg_reduce(np.minimum, x, off)
+    port = np.repeat(np.arange(P), np.diff(off))
+    hit = np.flatnonzero(x == mins[port])  # NaN never equals: all-NaN ports stay 0
+    ports, first = np.unique(port[hit], return_index=True)
+    out[ports] = hit[first] - off[ports]
     return out
 
 

@@ -395,9 +395,15 @@ class FeatureState:
             idx, ts, val = idx[good], ts[good], val[good]
             if not len(idx):
                 continue
-            order = np.lexsort((ts, idx))
-            idx, ts, val = idx[order], ts[order], val[order]
-            start = np.r_[True, idx[1:] != idx[:-1]]
+            if len(idx) > 1 and not (idx[1:] > idx[:-1]).all():  # fast path: one sample per entity, in order
+                order = np.lexsort((ts, idx)) if (ts[1:] < ts[:-1]).any() else np.argsort(idx, kind="stable")
+                idx, ts, val = idx[order], ts[order], val[order]
+            dup = idx[1:] == idx[:-1]
+            if not dup.any():
+                self._put(metric, idx, ts, val)
+                n += len(idx)
+                continue
+            start = np.r_[True, ~dup]
             first = np.maximum.accumulate(np.where(start, np.arange(len(idx)), 0))
             rank = np.arange(len(idx)) - first
             for r in range(int(rank.max()) + 1):

@@ -1,0 +1,171 @@
+"""One detection cycle over a synthetic 100k-GPU fabric (~300k ports), arrays in memory, no database.
+
+Shape: 12,500 hosts x 8 NICs (400G DR4, 4 lanes) to 32-port-down leaves; 16 uplinks per leaf at 800G
+(DR8, 8 lanes) to spines, both ends counted: ~300k ports. Every metric detection uses gets one sample
+per entity per cycle, a few hundred ports carry faults, cohort forests are trained once beforehand
+(timed apart).
+
+    .venv/bin/python bench/detection_scale.py [--gpus 100000] [--cycles 5]
+
+Reports: observe time, cycle time (plain and with a trend-bucket close), training time, peak RSS.
+Goal (detection.md brief): one cycle <= 10 s on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import time
+
+import numpy as np
+
+from service.detection.engine import Engine
+from service.detection.features import compute, if_matrix
+from service.detection.state import AXIS, NPRIO, Config, Fabric, FeatureState, thresholds_arrays
+from service.telemetry import catalogue
+
+TH = {"rx_power_dbm": {"high_alarm": 5.0, "high_warning": 4.0, "low_warning": -4.9, "low_alarm": -6.9},
+      "tx_power_dbm": {"high_alarm": 5.0, "high_warning": 4.0, "low_warning": -2.9, "low_alarm": -3.9},
+      "tx_bias_amperes": {"high_alarm": 0.08, "high_warning": 0.072, "low_warning": 0.012, "low_alarm": 0.008},
+      "temperature_celsius": {"high_alarm": 75, "high_warning": 70, "low_warning": 0, "low_alarm": -5},
+      "voltage_volts": {"high_alarm": 3.63, "high_warning": 3.465, "low_warning": 3.135, "low_alarm": 2.97}}
+
+
+def build(gpus: int) -> Fabric:
+    hosts = gpus // 8
+    nic = hosts * 8
+    leaves = int(np.ceil(nic / 32))
+    uplinks = leaves * 16  # leaf uplinks (2:1 at the leaf, so the fabric is ~300k ports) ...
+    spine_ports = uplinks  # ... and the spine ends
+    P = 2 * nic + uplinks + spine_ports
+    n_spines = max(1, spine_ports // 64)
+    dev = np.concatenate([np.repeat(np.arange(hosts), 8),
+                          hosts + np.repeat(np.arange(leaves), 32),     # leaf host-facing
+                          hosts + np.repeat(np.arange(leaves), 16),     # leaf uplinks
+                          hosts + leaves + np.arange(spine_ports) % n_spines])
+    order = np.argsort(dev, kind="stable")
+    inv = np.empty(P, np.int64)
+    inv[order] = np.arange(P)
+    a = np.arange(nic)
+    peer = np.empty(P, np.int64)
+    peer[a], peer[nic + a] = nic + a, a
+    u = np.arange(uplinks)
+    peer[2 * nic + u], peer[2 * nic + uplinks + u] = 2 * nic + uplinks + u, 2 * nic + u
+    dev, peer = dev[order], inv[peer[order]]
+    lanes = np.where(np.arange(P)[order] < 2 * nic, 4, 8)
+    roles = ["host"] * hosts + ["leaf"] * leaves + ["spine"] * n_spines
+    role_of = np.asarray([0] * hosts + [1] * leaves + [2] * n_spines)[dev]
+    cohort = role_of * 2 + (lanes == 8)
+    names = [f"Ethernet1/{i}" for i in range(P)]
+    th = thresholds_arrays([TH])
+    return Fabric(port_ids=np.arange(1, P + 1), port_names=names, dev=dev, dev_names=[f"d{i}" for i in
+                  range(hosts + leaves + n_spines)], dev_roles=roles, peer=peer, n_lanes=lanes,
+                  speed_bps=np.where(lanes == 4, 400e9, 800e9),
+                  cohort=cohort, cohort_names=[f"c{i}" for i in range(6)], fec_limit=np.full(P, 2.4e-4),
+                  copper=np.zeros(P, bool), th={k: np.full(P, v[0]) for k, v in th.items()})
+
+
+class Synth:
+    """Healthy telemetry for every entity, a few hundred faulty ports."""
+
+    def __init__(self, fab: Fabric, seed: int = 0) -> None:
+        self.fab = fab
+        self.rng = np.random.default_rng(seed)
+        P, L = fab.P, fab.L
+        self.rx0 = self.rng.normal(-1.0, 0.5, L)
+        self.c = {m: self.rng.uniform(0, 1e12, P if AXIS[m] == "port" else P * NPRIO)
+                  for m in AXIS if catalogue.is_counter(m)}
+        self.bad = self.rng.choice(P, 300, replace=False)
+        self.t = 1_735_689_600_000
+
+    def batch(self) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        fab, rng = self.fab, self.rng
+        P, L = fab.P, fab.L
+        self.t += 60_000
+        out = {}
+        for m, v in self.c.items():
+            inc = {"port_rx_phy_bits_total": 400e9 * 60, "port_fec_corrected_bits_total": 400e9 * 60 * 1e-8,
+                   "port_rx_bytes_total": 1.5e12, "port_rx_packets_total": 3.6e8,
+                   "port_ecn_marked_packets_total": 1e4}.get(m, 0.0)
+            v += inc
+            if m == "port_fec_uncorrectable_codewords_total":
+                v[self.bad[:100]] += 50
+            if m == "port_link_down_events_total":
+                v[self.bad[100:150]] += 8
+            n = len(v)
+            out[m] = (np.arange(n), np.full(n, self.t), v.copy())
+        rx = self.rx0 + rng.normal(0, 0.15, L)
+        bad_l = fab.lane_off[self.bad[150:300]]
+        rx[bad_l] -= 4.0
+        for m, val, n in (("optic_rx_power_dbm", rx, L), ("optic_tx_power_dbm", rng.normal(1, 0.05, L), L),
+                          ("optic_tx_bias_amperes", rng.normal(0.04, 1e-4, L), L),
+                          ("optic_temperature_celsius", rng.normal(45, 0.3, P), P),
+                          ("optic_voltage_volts", np.full(P, 3.3), P), ("port_oper_up", np.ones(P), P),
+                          ("port_admin_up", np.ones(P), P)):
+            out[m] = (np.arange(n), np.full(n, self.t), val)
+        return out
+
+
+def rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gpus", type=int, default=100_000)
+    ap.add_argument("--cycles", type=int, default=5)
+    args = ap.parse_args()
+    t = time.perf_counter()
+    fab = build(args.gpus)
+    print(f"fabric: {fab.P:,} ports, {fab.L:,} lanes, {len(fab.dev_names):,} devices "
+          f"(built in {time.perf_counter() - t:.1f} s)")
+    cfg = Config()
+    st = FeatureState(fab, cfg)
+    eng = Engine()
+    syn = Synth(fab)
+    for _ in range(3):  # warm-up: baselines and counter references
+        st.observe(syn.batch())
+        eng.run_cycle(st, syn.t)
+    t = time.perf_counter()
+    X = if_matrix(compute(st, syn.t), st)
+    rng = np.random.default_rng(1)
+    rows = rng.choice(fab.P, min(fab.P, cfg.if_reservoir * len(fab.cohort_names)), replace=False)
+    eng.models.retrain(X[rows], fab.cohort[rows], fab.cohort_names, syn.t, cfg)
+    st.last_train_ms = st.first_cycle_ms = syn.t
+    train_s = time.perf_counter() - t
+    print(f"training {len(eng.models.models)} cohort forests ({cfg.if_trees} trees): {train_s:.1f} s (daily)")
+    obs, cyc, cpu = [], [], []
+    n_find = 0
+    for _ in range(args.cycles):
+        b = syn.batch()
+        c0 = time.process_time()
+        t = time.perf_counter()
+        st.observe(b)
+        t1 = time.perf_counter()
+        found = eng.run_cycle(st, syn.t)
+        t2 = time.perf_counter()
+        cpu.append(time.process_time() - c0)
+        obs.append(t1 - t)
+        cyc.append(t2 - t1)
+        n_find = len(found)
+    # a cycle that also closes a 2 h trend bucket (Theil-Sen on candidates)
+    st.next_bucket_ms = syn.t + 1
+    b = syn.batch()
+    t = time.perf_counter()
+    st.observe(b)
+    eng.run_cycle(st, syn.t)
+    bucket_s = time.perf_counter() - t
+    tot = [a + c for a, c in zip(obs, cyc, strict=True)]
+    print("per cycle (observe + evaluate):", ", ".join(f"{x:.2f}" for x in tot))
+    print(f"observe: median {np.median(obs):.2f} s; evaluate: median {np.median(cyc):.2f} s; "
+          f"observe+evaluate: median {np.median(tot):.2f} s, max {max(tot):.2f} s")
+    print(f"CPU time per cycle (unaffected by other load on a shared box): median {np.median(cpu):.2f} s, "
+          f"max {max(cpu):.2f} s; load average now {os.getloadavg()[0]:.1f}")
+    print(f"cycle with a trend-bucket close: {bucket_s:.2f} s")
+    print(f"findings in the last cycle: {n_find}")
+    print(f"state blob: {len(st.to_bytes()) / 2**20:.0f} MiB; peak RSS: {rss_mib():.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
