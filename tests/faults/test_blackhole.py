@@ -61,7 +61,7 @@ def test_black_holed_targets_do_not_delay_healthy_ones(
     queue = f"faults-bh-{os.getpid()}"
     sock, dead_port = silent_udp_socket()
     healthy = [f"bh-leaf-{i}" for i in range(len(agents))]
-    devices = [snmp_device(n, p.port, queue, counters_s=INTERVAL_S, others_s=60) 
+    devices = [snmp_device(n, p.port, queue, counters_s=INTERVAL_S, others_s=60)
                for n, p in zip(healthy, agents, strict=True)]
     devices.append(snmp_device("bh-dead", dead_port, queue, counters_s=INTERVAL_S, others_s=60, timeout_s=1.5,
                                retries=1, ports=["Ethernet1"]))

@@ -114,7 +114,7 @@ def _last_success_ms(url: str) -> dict[int, float | None]:
 def test_postgres_restart_loses_no_collected_or_acknowledged_sample(
         private_pg: PrivatePostgres, private_redis: PrivateRedis, agents: list[Peer], tmp_path: Path) -> None:
     queue = f"faults-pg-{os.getpid()}"
-    devices = [snmp_device(name, peer.port, queue, counters_s=1, others_s=5) 
+    devices = [snmp_device(name, peer.port, queue, counters_s=1, others_s=5)
                for name, peer in zip(SWITCHES, agents, strict=True)]
     devices.append({"name": PUSH_HOST, "kind": "host", "role": "host", "ports": [{"name": p} for p in PUSH_PORTS]})
     load_inventory(private_pg.url, devices)
