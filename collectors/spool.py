@@ -82,12 +82,14 @@ def spool_drain(directory: Path, store: Callable[[PendingStore], Any]) -> int:
     for path in sorted(directory.glob("*.json")):
         try:
             pending = _decode(path.read_text())
+        except FileNotFoundError:
+            continue  # another worker thread stored it first
         except (OSError, ValueError, KeyError, TypeError) as exc:
             # A damaged file must not block the spool forever; keep it aside for a person to look at.
             log.error("spool file %s is unreadable (%s); moved aside", path, exc)
             path.rename(path.with_suffix(".bad"))
             continue
         store(pending)  # raises while the database is unreachable; the file stays for the next try
-        path.unlink()
+        path.unlink(missing_ok=True)
         done += 1
     return done

@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request, Response
 from service import events
 from service.alerts import views as alert_views
 from service.api import health, problems
+from service.api.limits import BodyLimit
 from service.config import Settings, get_settings
 from service.db import get_engine
 from service.drains import views as drain_views
@@ -44,6 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = get_engine(settings.database_url)
     problems.install(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
 
     @app.middleware("http")
     async def _timing(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:

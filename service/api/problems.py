@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 PROBLEM_TYPE = "application/problem+json"
@@ -43,6 +44,12 @@ def install(app: FastAPI) -> None:
         first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
         detail = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
         return problem_response(422, "Invalid request", detail, errors=errors)
+
+    @app.exception_handler(DataError)
+    async def _data(_: Request, exc: DataError) -> JSONResponse:
+        # A value PostgreSQL cannot hold (an id past int32, a NUL byte) is the client's mistake.
+        reason = str(exc.orig).splitlines()[0] if exc.orig else type(exc).__name__
+        return problem_response(400, "Invalid value", reason[:300])
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

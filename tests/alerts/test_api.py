@@ -9,23 +9,17 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from service.alerts import views as alert_views
 from service.alerts.service import apply_findings
 from service.api import auth
 from service.api.app import create_app
 from service.auth.service import create_token
 from service.config import load_settings
 from service.detection.findings import Severity
-from service.notify import views as notify_views
 from tests.alerts import STEP, T0, finding
 
 
 def make_app(db_url: str, auth_required: bool) -> FastAPI:
-    app = create_app(load_settings(database_url=db_url, auth_required=auth_required))
-    if not any(getattr(r, "path", "") == "/api/v1/alerts" for r in app.routes):  # until app.py wires them
-        app.include_router(alert_views.router)
-        app.include_router(notify_views.router)
-    return app
+    return create_app(load_settings(database_url=db_url, auth_required=auth_required))
 
 
 @pytest.fixture()

@@ -4,8 +4,6 @@ margins, PFC/ECN/CNP rates and link health have something to show)."""
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,21 +122,7 @@ def seed_drain(engine: Engine, at_s: float) -> int | None:
 
 
 def make_app(settings: Any) -> FastAPI:
-    """create_app plus the routers this work adds (and alerts/drains when they have landed), the way
-    the lead will wire them; routers create_app already has are not added twice."""
+    """The whole application, as served."""
     from service.api.app import create_app
-    from service.events import router as events_router
-    from service.fleet.views import router as fleet_router
-    from service.inventory.views import router as inventory_router
-    from service.noc.views import router as noc_router
 
-    app = create_app(settings)
-    have = {getattr(r, "path", None) for r in app.routes}
-    routers = [inventory_router, fleet_router, noc_router, events_router]
-    for mod in ("service.alerts.views", "service.drains.views"):
-        with contextlib.suppress(ImportError):
-            routers.append(importlib.import_module(mod).router)
-    for r in routers:
-        if not any(getattr(x, "path", None) in have for x in r.routes):
-            app.include_router(r)
-    return app
+    return create_app(settings)

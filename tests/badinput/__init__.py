@@ -6,11 +6,7 @@ from fastapi import FastAPI
 
 
 def full_app(settings: Any) -> FastAPI:
-    """create_app plus the inventory router where create_app does not include it yet."""
+    """The whole application, as served."""
     from service.api.app import create_app
-    from service.inventory.views import router as inventory_router
 
-    app = create_app(settings)
-    if not any(getattr(r, "path", "") == "/api/v1/devices" for r in app.routes):
-        app.include_router(inventory_router)
-    return app
+    return create_app(settings)

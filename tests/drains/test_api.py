@@ -15,20 +15,14 @@ from service.auth.service import create_token
 from service.config import load_settings
 from service.detection.findings import Action, Cause, Finding, Severity
 from service.drains import service
-from service.drains import views as drain_views
 from service.drains.schemas import Target, TargetKind
-from service.incidents import views as incident_views
 from tests.drains import SMALL, load_fabric, settings
 
 AT = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 
 
 def make_app(db_url: str) -> FastAPI:
-    # The routers are wired into service/api/app.py by its owner; tests add them here.
-    app = create_app(load_settings(database_url=db_url))
-    app.include_router(drain_views.router)
-    app.include_router(incident_views.router)
-    return app
+    return create_app(load_settings(database_url=db_url))
 
 
 @pytest.fixture()

@@ -226,15 +226,12 @@ def test_report_and_api(fabric: Engine, db_url: str) -> None:
 
     from service.api.app import create_app
     from service.config import Settings
-    from service.kpis.views import router
 
     a, b = datetime.fromtimestamp(T0, UTC), datetime.fromtimestamp(T0 + MINUTES * STEP, UTC)
     with fabric.connect() as conn:
         rep = fabric_kpis(conn=conn, scope=Scope.LINK, start=a, end=b, step_s=600)
     assert rep.source == "samples" and rep.labels and any("<->" in v for v in rep.labels.values())
-    app = create_app(Settings(database_url=db_url, auth_required=False))
-    app.include_router(router)
-    client = TestClient(app)
+    client = TestClient(create_app(Settings(database_url=db_url, auth_required=False)))
     r = client.get("/api/v1/kpis", params={"scope": "rail", "start": a.isoformat(), "end": b.isoformat(),
                                            "step": 600})
     assert r.status_code == 200, r.text

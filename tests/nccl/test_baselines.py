@@ -103,7 +103,6 @@ def test_api_and_cli(db: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch) -
     from service.api.app import create_app
     from service.config import Settings
     from service.nccl.cli import app as nccl_cli
-    from service.nccl.views import router
 
     monkeypatch.setenv("FABRICWATCH_DATABASE_URL", db_url)
     r = CliRunner().invoke(nccl_cli, ["import", str(FIXTURES / H100), "--job", "j1", "--at", AT.isoformat()])
@@ -111,9 +110,7 @@ def test_api_and_cli(db: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch) -
     bad = CliRunner().invoke(nccl_cli, ["import", str(FIXTURES / "li-plus_playground_sendrecv_1node_8xA100_g8_"
                                                                "headerless.txt")])
     assert bad.exit_code == 1 and "truncated" in bad.output
-    app = create_app(Settings(database_url=db_url, auth_required=False))
-    app.include_router(router)
-    client = TestClient(app)
+    client = TestClient(create_app(Settings(database_url=db_url, auth_required=False)))
     runs = client.get("/api/v1/nccl/runs").json()["items"]
     assert len(runs) == 1 and runs[0]["job"] == "j1" and runs[0]["scope"] == "2n16g"
     post = client.post("/api/v1/nccl", params={"source": "x", "run_at": AT.isoformat()},
