@@ -1,0 +1,171 @@
+"""API under load while ingest runs: p50/p99 of /api/v1/alerts and /api/v1/series at fixed request rates.
+
+    python bench/load.py [--rates 100,500] [--seconds 20] [--ingest-devices 76]
+
+Open loop: request i is sent at t0 + i / rate whether or not earlier ones have answered, and its
+latency is measured from that intended time, so a server that falls behind shows it (no
+coordinated omission). Each rate runs for a bounded time (`--seconds`), requests time out after
+10 s, loopback only. Meanwhile a Prometheus-text ingest stream pushes every 10 s for part of the
+4,096-GPU fabric of bench/ingest_soak.py (`--ingest-devices`; all 608 is ~41k samples/s).
+
+The request mix: alerts (first page, and filtered by device) and series (one port's rx rate
+over the last hour from raw samples, and over 3 days from the 5m rollups). Seeded: 2,000 alerts,
+and 3 days of 1-minute history for 8 hosts' ports, rolled up. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import random
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ingest_soak import (  # bench scripts share the fabric; they are not a package
+    REPO,
+    PushStats,
+    add_inventory,
+    api_server,
+    create_db,
+    drop_db,
+    fabric,
+    push_loop,
+)
+
+HISTORY_HOSTS = 8
+
+
+def seed(url: str) -> None:
+    """2,000 alerts and 3 days of port_rx_bytes_total for 8 hosts, rolled up to 5m/1h."""
+    now_ms = int(time.time() * 1000)
+    with psycopg.connect(url) as c:
+        c.execute(
+            "INSERT INTO alerts (fingerprint, kind, scope, device, port, state, severity, cause, action, summary, "
+            "score, evidence, members, missed_cycles, notified, episode, first_opened_at_ms, opened_at_ms, "
+            "last_seen_ms) SELECT 'fp-' || i, 'link_flap', 'port', 'gpu-' || lpad((i %% 512)::text, 4, '0'), "
+            "'eth' || (i %% 8), (ARRAY['firing','acknowledged','resolved'])[1 + i %% 3], "
+            "(ARRAY['critical','warning','info'])[1 + i %% 3], 'optics', 'replace_optic', 'bench alert ' || i, "
+            "i %% 100, '[]'::jsonb, '[]'::jsonb, 0, false, 1, %(t)s - i * 60000, %(t)s - i * 60000, %(t)s "
+            "FROM generate_series(1, 2000) i", {"t": now_ms})
+    sys.path.insert(0, str(REPO))
+    from service.db import get_engine
+    from service.telemetry.samples import Sample
+    from service.telemetry.service import ingest_samples
+
+    engine = get_engine(url)
+    start = int(time.time()) // 60 * 60 - 3 * 86400
+    rng = random.Random(1)
+    for h in range(HISTORY_HOSTS):
+        vals = [0.0] * 8
+        batch = []
+        for i in range(3 * 1440):
+            for p in range(8):
+                vals[p] += rng.randrange(10**9, 10**10)
+                batch.append(Sample("port_rx_bytes_total", vals[p], (start + i * 60) * 1000, f"gpu-{h:04d}",
+                                    f"eth{p}"))
+        ingest_samples(engine=engine, samples=batch)
+    from service.telemetry.rollups import run_rollups
+
+    run_rollups(engine, now=datetime.now(UTC), max_chunks=10_000)
+
+
+def request_for(i: int, rng: random.Random) -> tuple[str, str, dict[str, str]]:
+    now = datetime.now(UTC)
+    dev, port = f"gpu-{rng.randrange(HISTORY_HOSTS):04d}", f"eth{rng.randrange(8)}"
+    kind = i % 4
+    if kind == 0:
+        return "alerts", "/api/v1/alerts", {"limit": "100"}
+    if kind == 1:
+        return "alerts", "/api/v1/alerts", {"device": f"gpu-{rng.randrange(512):04d}", "state": "firing"}
+    if kind == 2:
+        return "series", "/api/v1/series", {"metric": "port_rx_bytes_total", "device": dev, "port": port,
+                                            "start": (now - timedelta(hours=1)).isoformat()}
+    return "series", "/api/v1/series", {"metric": "port_rx_bytes_total", "device": dev, "port": port,
+                                        "start": (now - timedelta(days=3)).isoformat()}
+
+
+async def open_loop(base: str, rate: float, seconds: float) -> dict[str, list[float]]:
+    """Latency (s, from intended send time) per endpoint; a failure or timeout counts as 10 s."""
+    out: dict[str, list[float]] = {"alerts": [], "series": [], "errors": []}
+    rng = random.Random(int(rate))
+    limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
+    async with httpx.AsyncClient(base_url=base, timeout=10, limits=limits) as client:
+        async def one(i: int, due: float) -> None:
+            name, path, params = request_for(i, rng)
+            try:
+                r = await client.get(path, params=params)
+                ok = r.status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            out[name].append(time.perf_counter() - due if ok else 10.0)
+            if not ok:
+                out["errors"].append(1.0)
+
+        t0 = time.perf_counter()
+        tasks = []
+        for i in range(int(rate * seconds)):
+            due = t0 + i / rate
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            tasks.append(asyncio.create_task(one(i, due)))
+        await asyncio.gather(*tasks)
+    return out
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(len(s) * q))] * 1000 if s else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rates", default="100,500")
+    ap.add_argument("--seconds", type=float, default=20.0, help="per rate")
+    ap.add_argument("--ingest-devices", type=int, default=76, help="devices pushing every 10 s (608 = all)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--port", type=int, default=18432)
+    ap.add_argument("--server", default=os.environ.get("FABRICWATCH_TEST_DATABASE_URL",
+                                                       "postgresql://postgres@127.0.0.1/postgres"))
+    args = ap.parse_args()
+    rates = [float(r) for r in args.rates.split(",")]
+    devices = fabric()
+    url = create_db(args.server, "fw_load")
+    try:
+        add_inventory(url, devices)
+        seed(url)
+        base = f"http://127.0.0.1:{args.port}"
+        with api_server(url, args.port, args.workers):
+            pushers = devices[:args.ingest_devices]
+            ingest = PushStats()
+            total = args.seconds * len(rates) + 30
+            t = threading.Thread(target=lambda: asyncio.run(
+                push_loop(base, pushers, time.monotonic() + total, ingest, 8)), daemon=True)
+            t.start()
+            time.sleep(12)  # the stream's first interval creates its series; measure in steady state
+            results = {r: asyncio.run(open_loop(base, r, args.seconds)) for r in rates}
+            t.join()
+        n_ports = sum(p for _, _, p in pushers)
+        print(f"machine: {platform.node()} {os.cpu_count()} cores, {platform.platform()}; "
+              f"{args.workers} uvicorn workers, load generator on the same machine")
+        print(f"ingest stream  : {len(pushers)} devices, {n_ports * 40 / 10:,.0f} samples/s offered, "
+              f"{ingest.written:,} written, {ingest.errors} errors, push p50 {pct(ingest.latencies, 0.5):.0f} ms")
+        for r, res in results.items():
+            for name in ("alerts", "series"):
+                xs = res[name]
+                print(f"{r:5.0f} req/s  {name:7s}: n={len(xs):5d}  p50 {pct(xs, 0.5):7.1f} ms  "
+                      f"p99 {pct(xs, 0.99):7.1f} ms  max {pct(xs, 1.0):7.1f} ms")
+            print(f"{r:5.0f} req/s  errors/timeouts: {len(res['errors'])}")
+    finally:
+        drop_db(args.server, url)
+
+
+if __name__ == "__main__":
+    main()
