@@ -303,7 +303,11 @@ def _mount_subapps() -> None:
     from service.inventory.cli import app as inventory_app
 
     app.add_typer(inventory_app, name="inventory", help="Load, validate and export the inventory.")
+    from service.detection.cli import backtest_command, detect_command
     from service.nccl.cli import app as nccl_app
+
+    app.command("detect")(detect_command)
+    app.command("backtest")(backtest_command)
 
     app.add_typer(nccl_app, name="nccl", help="nccl-tests results and busbw baselines.")
     with contextlib.suppress(ImportError):  # the simulator is optional in slim deployments

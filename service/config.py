@@ -53,6 +53,7 @@ class Settings(BaseSettings):
     webhook_poll_s: float = Field(default=5.0, gt=0, le=300, description="how often the outbox is delivered")
     public_url: str | None = Field(default=None, description="base URL for links in notifications")
     spool_dir: str | None = Field(default=None, description="where collections wait while the database is away")
+    detect_interval_s: float = Field(default=30.0, gt=0, le=3600, description="detection cycle period")
     dispatch_interval_s: float = Field(default=1.0, gt=0, le=60)
     rollup_5m_retention_days: int = Field(default=90, ge=1, le=3650, description="days of 5-minute rollups kept")
     rollup_1h_retention_days: int = Field(default=400, ge=1, le=3650, description="days of 1-hour rollups kept")

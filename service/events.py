@@ -70,7 +70,9 @@ def encode(kind: str, payload: dict[str, Any]) -> str:
 
 def publish(conn: Connection, kind: str, payload: dict[str, Any]) -> None:
     """Queue an event in the caller's transaction; PostgreSQL delivers it on commit only."""
-    conn.execute(text("SELECT pg_notify(:ch, :msg)"), {"ch": CHANNEL, "msg": encode(kind, payload)})
+    # A backtest replays alert changes with fabricwatch.replay set; those must not reach live clients.
+    conn.execute(text("SELECT pg_notify(:ch, :msg) WHERE coalesce(current_setting('fabricwatch.replay', true), "
+                      "'') <> 'on'"), {"ch": CHANNEL, "msg": encode(kind, payload)})
 
 
 @dataclass(frozen=True, slots=True)

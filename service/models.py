@@ -3,6 +3,7 @@
 from service.alerts.models import Alert, AlertEvent, MaintenanceWindow, Silence
 from service.auth.models import ApiToken
 from service.db import Base
+from service.detection.models import DetectionFinding, DetectorModel, DetectorState
 from service.drains.models import DrainBreaker, DrainRecommendation
 from service.incidents.models import Incident, IncidentEvent
 from service.inventory.models import Device, Endpoint, Link, Optic, Pod, Port
@@ -16,6 +17,9 @@ __all__ = [
     "ApiToken",
     "Base",
     "CollectionSlot",
+    "DetectionFinding",
+    "DetectorModel",
+    "DetectorState",
     "Device",
     "DrainBreaker",
     "DrainRecommendation",

@@ -31,13 +31,15 @@ def configure(app: Celery, settings: Settings) -> Celery:
         task_default_queue=DEFAULT_QUEUE,
         timezone="UTC",
         enable_utc=True,
-        imports=("collectors.tasks", "service.telemetry.tasks", "service.notify.tasks"),
+        imports=("collectors.tasks", "service.telemetry.tasks", "service.notify.tasks", "service.detection.tasks"),
         beat_schedule={
             "dispatch-collections": {"task": "fabricwatch.dispatch_collections",
                                      "schedule": settings.dispatch_interval_s},
             "maintain-partitions": {"task": "fabricwatch.maintain_partitions", "schedule": 3600.0},
             "compute-rollups": {"task": "fabricwatch.compute_rollups", "schedule": settings.rollup_interval_s},
             "maintain-rollups": {"task": "fabricwatch.maintain_rollups", "schedule": 3600.0},
+            "run-detection": {"task": "fabricwatch.run_detection", "schedule": settings.detect_interval_s,
+                              "options": {"expires": settings.detect_interval_s}},
             "deliver-webhooks": {"task": "fabricwatch.deliver_outbox", "schedule": settings.webhook_poll_s},
         },
     )

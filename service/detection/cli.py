@@ -63,21 +63,35 @@ def _print(findings: list, as_json: bool) -> None:
         sys.stdout.write(f"{f.at_ms}\t{f.state}\t{f.severity}\t{f.fingerprint}\t{f.cause}\t{f.action}\t{f.summary}\n")
 
 
+def _print_changes(outcomes: list, as_json: bool) -> None:
+    """The alert changes of each cycle: what on-call would have seen."""
+    for o in outcomes:
+        for c in o.changes.changes:
+            row = {"at_ms": o.at_ms, "alert_id": c.alert_id, "event": c.event, "state": c.to_state}
+            if as_json:
+                sys.stdout.write(json.dumps(row) + "\n")
+            else:
+                sys.stdout.write(f"{o.at_ms}\talert {c.alert_id}\t{c.event}\t{c.to_state}\n")
+
+
 @app.command("detect")
 def detect_command(
     at: Annotated[str, typer.Option("--at", help="Cycle time (data time): ISO-8601 or Unix ms.")],
     name: Annotated[str, typer.Option(help="Detector state name.")] = "default",
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON finding per line.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
-    """Run one live detection cycle at data time T (reads only samples since the last cycle)."""
-    from service.detection.service import detect_at
+    """Run one live cycle at data time T: new samples only, then alerts and drain recommendations."""
+    from service.pipeline import run_cycle
 
     try:
-        findings = detect_at(_engine(), parse_time_ms(at), name=name)
+        outcome = run_cycle(_engine(), parse_time_ms(at), name=name)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    _print(findings, as_json)
+    _print(outcome.findings, as_json)
+    _print_changes([outcome], as_json)
+    if outcome.drains:
+        typer.echo(f"drain recommendations: {outcome.drains}", err=True)
 
 
 @app.command("backtest")
@@ -85,13 +99,19 @@ def backtest_command(
     from_: Annotated[str, typer.Option("--from", help="First cycle time: ISO-8601 or Unix ms.")],
     to: Annotated[str, typer.Option("--to", help="Last cycle time (inclusive).")],
     step: Annotated[str, typer.Option("--step", help="Cycle step, e.g. 60s, 5m.")] = "60s",
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON finding per line.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+    findings: Annotated[bool, typer.Option(help="Print every cycle's findings too.")] = False,
 ) -> None:
-    """Replay stored history from a fresh state; prints the findings each cycle would have produced."""
-    from service.detection.service import backtest
+    """Replay stored history from a fresh state: the alert changes live detection would have made.
+
+    Nothing is written and nobody is notified (the alert tables are shadowed for the replay).
+    """
+    from service.pipeline import replay_alerts
 
     a, b = parse_time_ms(from_), parse_time_ms(to)
     if b < a:
         raise typer.BadParameter("--to is before --from")
-    findings = backtest(_engine(), a, b, parse_step_ms(step))
-    _print(findings, as_json)
+    outcomes = replay_alerts(_engine(), a, b, parse_step_ms(step))
+    if findings:
+        _print([f for o in outcomes for f in o.findings], as_json)
+    _print_changes(outcomes, as_json)
