@@ -84,6 +84,18 @@ def serve(
         uvicorn.run(api, host=h, port=p, log_level=settings.log_level.lower())
 
 
+@app.command()
+def demo(
+    port: Annotated[int, typer.Option(help="API and NOC page port.")] = 8080,
+    speedup: Annotated[float, typer.Option(help="How much faster than the clock simulated time runs.")] = 10.0,
+    scenario: Annotated[Path | None, typer.Option(help="Scenario file (default: the demo fabric).")] = None,
+) -> None:
+    """A simulated fabric with faults, watched by the real collectors, detector, API and NOC page."""
+    from service.demo import DEMO_SCENARIO, run_demo
+
+    run_demo(port=port, speedup=speedup, scenario=scenario or DEMO_SCENARIO, console=console)
+
+
 def _celery_for(settings: Settings):  # type: ignore[no-untyped-def]
     """The Celery app configured for these settings; child processes inherit the database URL."""
     os.environ["FABRICWATCH_DATABASE_URL"] = settings.database_url or ""
@@ -91,7 +103,15 @@ def _celery_for(settings: Settings):  # type: ignore[no-untyped-def]
     from service.worker import celery_app, configure
 
     get_settings.cache_clear()
-    return configure(celery_app, settings)
+    celery = configure(celery_app, settings)
+    if not settings.redis_url:
+        # kombu creates its queue tables on first use; a worker and its beat racing to do it on a fresh
+        # database collide on CREATE SEQUENCE, so create them once here, before either starts.
+        from kombu import Connection
+
+        with Connection(celery.conf.broker_url, transport_options=celery.conf.broker_transport_options) as conn:
+            conn.default_channel.session.close()  # opening the session runs kombu's create_all
+    return celery
 
 
 @app.command()

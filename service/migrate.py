@@ -13,7 +13,7 @@ from service.db import normalize_url
 
 def alembic_config(url: str) -> Config:
     cfg = Config()
-    cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    cfg.set_main_option("script_location", str(Path(next(iter(migrations.__path__)))))
     cfg.attributes["url"] = normalize_url(url)
     return cfg
 
