@@ -68,20 +68,47 @@ def resolved_settings(settings: Settings) -> Iterator[Settings]:
 def serve(
     host: Annotated[str | None, typer.Option(help="Listen address (default from settings).")] = None,
     port: Annotated[int | None, typer.Option(help="Listen port (default from settings).")] = None,
+    worker: Annotated[bool | None, typer.Option(
+        help="Also run a Celery worker with beat (default: on with the embedded database).")] = None,
 ) -> None:
-    """Run the API (and, on the embedded default, the database) until Ctrl-C."""
+    """Run the API (and, on the embedded default, the database and a worker) until Ctrl-C."""
     import uvicorn
 
     from service.api.app import create_app
     from service.migrate import upgrade
+    from service.worker_process import worker_process
 
     base = settings_or_exit()
-    with resolved_settings(base) as settings:
+    with resolved_settings(base) as settings, contextlib.ExitStack() as stack:
         upgrade(settings.database_url or "")
+        if worker if worker is not None else not base.database_url:
+            from service.embedded import default_data_dir
+
+            log = Path(settings.data_dir or default_data_dir()).parent / "worker.log"  # beside the database
+            stack.enter_context(worker_process({**os.environ, "FABRICWATCH_DATABASE_URL": settings.database_url or ""},
+                                               log))
+            console.print(f"Celery worker and beat running (log: {log})")
+        if not base.database_url:
+            _bootstrap_token(settings)
         api = create_app(settings)
         h, p = host or settings.api_host, port or settings.api_port
-        console.print(f"fabricwatch API on http://{h}:{p}  (OpenAPI at /docs)")
+        console.print(f"fabricwatch API on http://{h}:{p}  (NOC page at /, OpenAPI at /docs)")
         uvicorn.run(api, host=h, port=p, log_level=settings.log_level.lower())
+
+
+def _bootstrap_token(settings: Settings) -> None:
+    """On a fresh embedded database, make the first admin token and show it once."""
+    from sqlalchemy import text
+
+    from service.auth.service import create_token
+    from service.db import get_engine
+
+    with get_engine(settings.database_url or "").begin() as conn:
+        if conn.execute(text("SELECT count(*) FROM api_tokens")).scalar_one():
+            return
+        token = create_token(conn, name="bootstrap", scopes=["admin"])
+    console.print(f"first start: an admin API token was created (shown only now): [bold]{token}[/bold]\n"
+                  f"database URL for other fabricwatch commands: {settings.database_url}")
 
 
 @app.command()

@@ -12,36 +12,16 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 from rich.console import Console
 from sqlalchemy.orm import Session
 
 from service.config import Settings
+from service.worker_process import worker_process
 
 DEMO_SCENARIO = Path(__file__).resolve().parents[1] / "examples" / "scenarios" / "demo.yaml"
-
-
-@contextlib.contextmanager
-def _worker(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "worker", "--beat", "-c", "8"],
-                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            yield proc
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
 
 
 def run_demo(*, port: int, speedup: float, scenario: Path, console: Console) -> None:
@@ -80,7 +60,7 @@ def run_demo(*, port: int, speedup: float, scenario: Path, console: Console) -> 
             env = {**os.environ, "FABRICWATCH_DATABASE_URL": pg.url, COMMUNITY_ENV: live.community,
                    "FABRICWATCH_DETECT_INTERVAL_S": "10", "FABRICWATCH_LOG_LEVEL": "WARNING"}
             env.pop("FABRICWATCH_REDIS_URL", None)
-            stack.enter_context(_worker(env, work / "worker.log"))
+            stack.enter_context(worker_process(env, work / "worker.log"))
             console.print(f"collectors, detector and webhooks running (log: {work / 'worker.log'})")
             settings = Settings(database_url=pg.url, api_port=port)
             url = f"http://127.0.0.1:{port}/?token={token}"
