@@ -21,7 +21,8 @@ from sqlalchemy.orm import Session
 from service.config import Settings
 from service.worker_process import worker_process
 
-DEMO_SCENARIO = Path(__file__).resolve().parents[1] / "examples" / "scenarios" / "demo.yaml"
+# Shipped inside the simulator package, so an installed (non-editable) fabricwatch finds it too.
+DEMO_SCENARIO = Path(__file__).resolve().parents[1] / "simulator" / "data" / "demo.yaml"
 
 
 def run_demo(*, port: int, speedup: float, scenario: Path, console: Console) -> None:
