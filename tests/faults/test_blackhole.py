@@ -53,9 +53,6 @@ def _poll_times(db: Engine) -> dict[str, list[int]]:
     return out
 
 
-@pytest.mark.xfail(reason="measured here (2 CPUs): SNMP polls inside the worker take 4-9 s (0.5 s standalone), so "
-                          "tasks expire (expiry = one interval) and the dead target's tasks expire unrun; see report",
-                   strict=False)
 def test_black_holed_targets_do_not_delay_healthy_ones(
         db: Engine, db_url: str, private_redis: PrivateRedis, agents: list[Peer], tmp_path: Path) -> None:
     queue = f"faults-bh-{os.getpid()}"
