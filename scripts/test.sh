@@ -21,4 +21,5 @@ fi
 .venv/bin/python -m pip install -q -e ".[dev]"
 
 .venv/bin/ruff check .
+bash scripts/audit.sh
 exec .venv/bin/python -m pytest "$@"
