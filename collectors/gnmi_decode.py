@@ -83,7 +83,7 @@ def parse_path(text: str) -> list[PathElem]:
         while j < n and text[j] == "[":
             m = _ELEM_RE.match(text, j)
             if m is None:
-                raise ValueError(f"unbalanced key in path {text!r} at {j}")
+                raise DecodeError(f"unbalanced key in path {text!r} at {j}")
             keys.append((m.group(1), re.sub(r"\\(.)", r"\1", m.group(2))))
             j = m.end()
         elems.append(PathElem(name, tuple(keys)))
