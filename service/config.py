@@ -96,9 +96,29 @@ def load_settings(**overrides: object) -> Settings:
     if path and not os.path.isfile(path):
         raise SettingsError(f"setting {ENV_PREFIX}CONFIG: file {path!r} does not exist")
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        settings = Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         raise SettingsError(_one_line(exc)) from None
+    _check_domain_settings()
+    return settings
+
+
+def _check_domain_settings() -> None:
+    """Drain and soak settings (FABRICWATCH_DRAIN_*, FABRICWATCH_SOAK_*) fail at start too, in one line."""
+    from service.drains.schemas import drain_settings
+    from service.incidents.schemas import incident_settings
+
+    for prefix, read in (("DRAIN_", drain_settings), ("SOAK_", incident_settings)):
+        try:
+            read()
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = str(err["loc"][0]).upper() if err["loc"] else "?"
+            field = field.removeprefix("SOAK_")  # incident fields are named soak_window_s etc.
+            raise SettingsError(f"setting {ENV_PREFIX}{prefix}{field}: {err['msg']} "
+                                f"(got {err.get('input')!r})") from None
+        except ValueError as exc:  # a command template that is not JSON
+            raise SettingsError(f"setting {ENV_PREFIX}{prefix}*: {exc}") from None
 
 
 @lru_cache(maxsize=1)

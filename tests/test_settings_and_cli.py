@@ -53,3 +53,10 @@ def test_import_file_and_malformed_file(db: Engine, db_url: str, tmp_path: Path)
     assert done.returncode == 1 and "bad.prom:2001" in done.stderr and "nothing was written" in done.stderr
     with db.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM samples")).scalar_one() == 25_000
+
+
+def test_drain_and_soak_settings_fail_at_start(db_url: str) -> None:
+    done = _cli("db", "current", env={"FABRICWATCH_DATABASE_URL": db_url, "FABRICWATCH_DRAIN_MAX_PER_POD": "lots"})
+    assert done.returncode == 2 and "FABRICWATCH_DRAIN_MAX_PER_POD" in done.stderr and "'lots'" in done.stderr
+    done = _cli("db", "current", env={"FABRICWATCH_DATABASE_URL": db_url, "FABRICWATCH_SOAK_WINDOW_S": "-1"})
+    assert done.returncode == 2 and "FABRICWATCH_SOAK_WINDOW_S" in done.stderr

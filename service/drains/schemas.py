@@ -44,7 +44,7 @@ def _env(name: str) -> str | None:
 
 
 class DrainSettings(BaseModel):
-    """Safety limits and execution plugins. Read from FABRICWATCH_DRAIN_* until service/config.py has them."""
+    """Safety limits and execution plugins, from FABRICWATCH_DRAIN_* (validated at start by service.config)."""
 
     model_config = ConfigDict(extra="forbid")
 

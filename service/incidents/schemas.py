@@ -52,7 +52,7 @@ class PartBad(StrEnum):
 
 
 class IncidentSettings(BaseModel):
-    """Verification soak settings; read from FABRICWATCH_SOAK_* until service/config.py carries them."""
+    """Verification soak settings, from FABRICWATCH_SOAK_* (validated at start by service.config)."""
 
     soak_window_s: float = Field(default=3600.0, gt=0)
     rx_power_tolerance_db: float = Field(default=1.0, gt=0)
