@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
 from service.api.auth import ReadScope
 from service.api.deps import EngineDep
+from service.api.params import time_range
 from service.api.problems import Problem
 from service.kpis import service
 from service.kpis.service import Scope
@@ -17,26 +18,6 @@ from service.kpis.service import Scope
 router = APIRouter(prefix="/api/v1/kpis", tags=["kpis"])
 
 _MAX_BUCKETS = 10_000  # a year at 1 h: beyond this the answer is too big to be useful
-
-
-def _time(v: str | None, default: datetime, name: str) -> datetime:
-    if v is None:
-        return default
-    try:
-        if v.replace(".", "", 1).isdigit():
-            return datetime.fromtimestamp(float(v), tz=UTC)
-        t = datetime.fromisoformat(v)
-    except ValueError:
-        raise Problem(400, "Bad parameter", f"{name}={v!r} is neither RFC 3339 nor Unix seconds") from None
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
-
-
-def _range(start: str | None, end: str | None, default: timedelta) -> tuple[datetime, datetime]:
-    t_end = _time(end, datetime.now(UTC), "end")
-    t_start = _time(start, t_end - default, "start")
-    if t_start >= t_end:
-        raise Problem(400, "Bad parameter", "start must be before end")
-    return t_start, t_end
 
 
 def _points(points: list[service.KpiPoint]) -> list[dict[str, Any]]:
@@ -52,7 +33,7 @@ def get_kpis(
     step: Annotated[float, Query(gt=0, le=86400 * 31, description="bucket length in seconds")] = 3600,
     top: Annotated[int, Query(ge=1, le=100)] = 10,
 ) -> dict[str, Any]:
-    t_start, t_end = _range(start, end, timedelta(days=1))
+    t_start, t_end = time_range(start, end, timedelta(days=1))
     if (t_end - t_start).total_seconds() / step > _MAX_BUCKETS:
         raise Problem(400, "Bad parameter", f"more than {_MAX_BUCKETS} buckets: use a larger step")
     with engine.connect() as conn:
@@ -74,7 +55,7 @@ def get_recovery(
     target: Annotated[float, Query(gt=0, description="mitigation target in seconds")] =
     service.DEFAULT_MITIGATION_TARGET_S,
 ) -> dict[str, Any]:
-    t_start, t_end = _range(start, end, timedelta(days=30))
+    t_start, t_end = time_range(start, end, timedelta(days=30))
     with engine.connect() as conn:
         timelines = service.load_timelines(conn=conn, start=t_start, end=t_end)
     rep = service.recovery_times(timelines, mitigation_target_s=target)

@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.api.auth import OperateScope, ReadScope
 from service.api.deps import EngineDep, SettingsDep
+from service.api.params import parse_time
 from service.api.problems import Problem
 from service.nccl import service
 from service.nccl.parser import NcclParseError, parse_nccl_tests
@@ -28,13 +29,7 @@ class BaselineSet(BaseModel):
 
 
 def _when(v: str | None) -> datetime | None:
-    if v is None:
-        return None
-    try:
-        t = datetime.fromisoformat(v)
-    except ValueError:
-        raise Problem(400, "Bad parameter", f"run_at={v!r} is not RFC 3339") from None
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
+    return None if v is None else parse_time(v, datetime.now(UTC), "run_at")
 
 
 @router.post("", summary="Import one nccl-tests text output (the body, text/plain)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.api.auth import ReadScope, require
 from service.api.deps import EngineDep, SettingsDep
+from service.api.params import time_range
 from service.api.problems import Problem
 from service.observability import INGEST_ERRORS
 from service.telemetry import catalogue
@@ -61,18 +62,6 @@ async def import_prom(request: Request, engine: EngineDep, settings: SettingsDep
     return report.to_dict()
 
 
-def _parse_time(v: str | None, default: datetime, name: str) -> datetime:
-    if v is None:
-        return default
-    try:
-        if v.replace(".", "", 1).isdigit():
-            return datetime.fromtimestamp(float(v), tz=UTC)
-        t = datetime.fromisoformat(v)
-        return t if t.tzinfo else t.replace(tzinfo=UTC)
-    except ValueError:
-        raise Problem(400, "Bad parameter", f"{name}={v!r} is neither RFC 3339 nor Unix seconds") from None
-
-
 @router.get("/series", summary="Stored series; counters as per-second rates")
 def get_series(
     engine: EngineDep,
@@ -90,11 +79,7 @@ def get_series(
 ) -> dict[str, Any]:
     if catalogue.get(metric) is None:
         raise Problem(404, "Unknown metric", f"{metric!r} is not in the metric catalogue")
-    now = datetime.now(UTC)
-    t_end = _parse_time(end, now, "end")
-    t_start = _parse_time(start, t_end - timedelta(hours=1), "start")
-    if t_start > t_end:
-        raise Problem(400, "Bad parameter", "start is after end")
+    t_start, t_end = time_range(start, end, timedelta(hours=1))
     with engine.connect() as conn:
         results = query_series(conn=conn, metric=metric, device=device, port=port, lane=lane,
                                priority=priority, gpu=gpu, start=t_start, end=t_end, step_s=step, raw=raw)
