@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, func, insert, select, text, update
+from sqlalchemy import Connection, Row, func, insert, select, text, update
 
 from service.incidents.models import Incident, IncidentEvent
 from service.incidents.schemas import (
@@ -223,7 +223,7 @@ def list_incidents(*, conn: Connection, state: Sequence[str] | None = None, open
     for col, val in ((c.cause, cause), (c.owner, owner), (c.pod, pod)):
         if val is not None:
             conds.append(col == val)
-    q = select(INCIDENTS).where(and_(*conds)).order_by(c.id.desc()).limit(limit).offset(offset)
+    q = select(INCIDENTS).where(*conds).order_by(c.id.desc()).limit(limit).offset(offset)
     return list(conn.execute(q))
 
 

@@ -183,9 +183,13 @@ def _set_watermark(conn: Connection, level: Level, t: datetime) -> None:
 def _start(conn: Connection, level: Level, wm: datetime | None) -> datetime | None:
     """Where a level resumes: its watermark, but never before the oldest data its source still holds."""
     days = raw_partitions(conn) if level is L5M else existing_partitions(conn, L5M)
-    if not days:
+    # Empty partitions (created ahead, or emptied) hold nothing to roll up: start at the oldest with rows.
+    first = next((d for d, name in sorted(days.items())
+                  if (wm is None or d >= wm.date() - timedelta(days=level.partition_days))
+                  and conn.execute(text(f"SELECT EXISTS (SELECT 1 FROM {name})")).scalar()), None)
+    if first is None:
         return wm
-    oldest = datetime.combine(min(days), datetime.min.time(), tzinfo=UTC)
+    oldest = datetime.combine(first, datetime.min.time(), tzinfo=UTC)
     return oldest if wm is None or wm < oldest else wm
 
 
