@@ -2,7 +2,7 @@
 
 Use `Depends(require("read"|"operate"|"admin"))` on a route or router. With
 `auth_required=false` (the embedded demo) every request acts as an anonymous admin.
-Repeated failures from one client address are slowed down with 429s.
+Repeated invalid tokens from one client address are slowed down with 429s.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def current_principal(request: Request) -> Principal:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
-        _failures[client].append(time.monotonic())
+        # No token is not a guess at one: only presented, invalid tokens count towards the limit.
         raise Problem(401, "Authentication required", "send 'Authorization: Bearer <token>'")
     with request.app.state.engine.begin() as conn:
         principal = verify_token(conn, token.strip())
