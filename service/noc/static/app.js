@@ -401,6 +401,388 @@ function drawPlot(canvas, series, rx) {
   });
 }
 
+// ------------------------------------------------------------------ KPI view: heatmap, recovery, NCCL
+
+const kv = { loaded: false, anchor: null, heat: null, recovery: null, nccl: null, pick: null };
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs, ...kids) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) if (v !== null && v !== undefined) node.setAttribute(k, String(v));
+  for (const kid of kids.flat()) {
+    if (kid === null || kid === undefined) continue;
+    node.appendChild(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+  }
+  return node;
+}
+
+const iso = (ms) => new Date(ms).toISOString();
+
+async function dataTime() {
+  // KPIs are computed up to the newest telemetry, not the wall clock: a replayed or lagging
+  // collector still shows its last hour. An optic's DOM time is the cheapest "newest sample" we have.
+  try {
+    const o = await api("/api/v1/optics?limit=1");
+    const at = o.items.length && o.items[0].dom.at;
+    if (at) return Date.parse(at);
+  } catch (e) { if (e.status === 401) throw e; }
+  return Date.now();
+}
+
+function fmtDur(s) {
+  if (s === null || s === undefined) return "—";
+  if (s < 60) return (Math.round(s * 10) / 10) + "s";
+  if (s < 3600) { const m = Math.floor(s / 60), r = Math.round(s - m * 60); return m + "m" + (r ? " " + r + "s" : ""); }
+  const h = Math.floor(s / 3600), m = Math.round((s - h * 3600) / 60);
+  return h + "h " + String(m).padStart(2, "0") + "m";
+}
+
+function fmtRate(v) {
+  if (v === null || v === undefined) return "—";
+  if (v >= 1e6) return (v / 1e6).toFixed(1) + "M";
+  if (v >= 1e3) return (v / 1e3).toFixed(1) + "k";
+  return v.toFixed(v < 10 ? 1 : 0);
+}
+
+function fmtPct(v, digits) { return v === null || v === undefined ? "—" : (v * 100).toFixed(digits) + "%"; }
+
+function fmtBytes(b) {
+  const units = ["B", "K", "M", "G", "T"];
+  let i = 0;
+  while (b >= 1024 && i < units.length - 1) { b /= 1024; i++; }
+  return (Number.isInteger(b) ? b : b.toFixed(1)) + units[i];
+}
+
+function niceMax(v) {
+  if (!(v > 0)) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}
+
+// Sequential ramp, dark (quiet) to red (hot); one scale for every heatmap so colours read the same.
+const RAMP = [[0, [22, 38, 58]], [0.25, [24, 92, 122]], [0.5, [38, 158, 140]], [0.72, [214, 182, 58]],
+  [0.86, [235, 120, 44]], [1, [226, 56, 62]]];
+
+function rampColor(t) {
+  t = Math.max(0, Math.min(1, t));
+  let i = 1;
+  while (i < RAMP.length - 1 && RAMP[i][0] < t) i++;
+  const [t0, c0] = RAMP[i - 1], [t1, c1] = RAMP[i];
+  const f = (t - t0) / (t1 - t0 || 1);
+  const c = c0.map((x, k) => Math.round(x + (c1[k] - x) * f));
+  return { css: "rgb(" + c.join(",") + ")", dark: 0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2] > 150 };
+}
+
+const HEAT_METRICS = [
+  { key: "utilization_mean", family: "utilization", title: "Utilization", sub: "mean tx / capacity",
+    fmt: (v) => fmtPct(v, 1), max: () => 1 },
+  { key: "pfc_rx_pause_duty", family: "congestion", title: "PFC pause", sub: "rx paused time share",
+    fmt: (v) => fmtPct(v, v !== null && v < 0.001 ? 3 : 2), max: (m) => niceMax(Math.max(m, 0.01)) },
+  { key: "ecn_marked_per_s", family: "congestion", title: "ECN marks", sub: "marked pkts/s per port",
+    fmt: (v) => fmtRate(v) + "/s", max: (m) => niceMax(m) },
+  // Down time is what hurts: 100 % is quiet, 90 % or less is full red.
+  { key: "availability", family: "availability", title: "Availability", sub: "port time oper up",
+    fmt: (v) => fmtPct(v, v !== null && v > 0.999 && v < 1 ? 2 : 1), max: () => 0.9, scale: (v, lo) => (1 - v) / (1 - lo),
+    legend: [1, 0.9] },
+];
+
+function mergeBuckets(report) {
+  // The window may straddle two step buckets: fold them into one value per group, weighting
+  // utilization by its interval count and the other KPIs by bucket.
+  const out = new Map();
+  const add = (g, k, v, w) => {
+    if (v === null || v === undefined) return;
+    if (!out.has(g)) out.set(g, {});
+    const o = out.get(g);
+    const a = o[k] || (o[k] = { s: 0, w: 0 });
+    a.s += v * w; a.w += w;
+  };
+  for (const p of report.utilization) add(p.group, "utilization_mean", p.utilization_mean, p.intervals || 1);
+  for (const p of report.congestion) for (const [k, v] of Object.entries(p)) if (k !== "group" && k !== "t") add(p.group, k, v, 1);
+  for (const p of report.availability) add(p.group, "availability", p.availability, 1);
+  const flat = new Map();
+  for (const [g, o] of out) flat.set(g, Object.fromEntries(Object.entries(o).map(([k, a]) => [k, a.w ? a.s / a.w : null])));
+  return flat;
+}
+
+function numCmp(a, b) { return String(a).localeCompare(String(b), undefined, { numeric: true }); }
+
+async function loadHeat() {
+  const win = Number($("heat-window").value);
+  const end = kv.anchor, start = end - win * 1000;
+  const q = "&start=" + encodeURIComponent(iso(start)) + "&end=" + encodeURIComponent(iso(end)) + "&step=" + win + "&top=1";
+  const [leaf, rail, topo] = await Promise.all([api("/api/v1/kpis?scope=leaf" + q), api("/api/v1/kpis?scope=rail" + q),
+    state.topo ? Promise.resolve(state.topo) : api("/api/v1/topology")]);
+  kv.heat = { leaf: mergeBuckets(leaf), rail: mergeBuckets(rail), leaves: topo.nodes.filter((n) => n.role === "leaf"), start, end };
+  renderHeat();
+}
+
+function renderHeat() {
+  const h = kv.heat, box = $("heat");
+  $("heat-range").textContent = "· " + fmtTime(h.start) + " → " + fmtTime(h.end) + " UTC (data time)";
+  if (!h.leaves.length || !h.leaf.size) {
+    box.replaceChildren(el("div", { class: "empty" }, h.leaves.length ? "no telemetry from leaf ports in this window" : "no leaves in the inventory"));
+    return;
+  }
+  // Rows: each pod's leaves, the n-th leaf of a rail on the n-th row; columns: rails.
+  const rails = [...new Set(h.leaves.map((l) => l.rail ?? "—"))].sort(numCmp);
+  const rows = new Map();
+  for (const l of [...h.leaves].sort((a, b) => numCmp(a.id, b.id))) {
+    const pod = l.pod || "—", rail = l.rail ?? "—";
+    let n = 0;
+    while (rows.has(pod + "|" + n) && rows.get(pod + "|" + n).cells[rail]) n++;
+    const key = pod + "|" + n;
+    if (!rows.has(key)) rows.set(key, { pod, n, cells: {} });
+    rows.get(key).cells[rail] = l.id;
+  }
+  const rowList = [...rows.values()].sort((a, b) => numCmp(a.pod, b.pod) || a.n - b.n);
+  box.replaceChildren(...HEAT_METRICS.map((m) => {
+    const vals = [...h.leaf.values(), ...h.rail.values()].map((o) => o[m.key]).filter((v) => v !== null && v !== undefined);
+    const max = m.max(vals.length ? Math.max(...vals) : 0);
+    const cell = (v, label, attrs) => {
+      if (v === null || v === undefined) return el("td", Object.assign({ class: "cell none" }, attrs), "—", label ? el("span", { class: "lf" }, label) : null);
+      const c = rampColor(m.scale ? m.scale(v, max) : v / max);
+      const td = el("td", Object.assign({ class: "cell" + (c.dark ? " dark" : ""), "data-value": v }, attrs), m.fmt(v),
+        label ? el("span", { class: "lf" }, label) : null);
+      td.style.backgroundColor = c.css;   // CSSOM, not a style attribute: allowed by the page's CSP
+      return td;
+    };
+    const body = rowList.map((r) => el("tr", {}, el("th", { class: "row" }, r.pod + (r.n ? " #" + (r.n + 1) : "")),
+      rails.map((rl) => {
+        const leaf = r.cells[rl];
+        if (!leaf) return el("td", { class: "cell none" }, "");
+        const o = h.leaf.get(leaf) || {};
+        const td = cell(o[m.key], leaf.replace(/^leaf-/, ""), { "data-leaf": leaf, "data-rail": rl, "data-metric": m.key });
+        td.title = leaf + " · rail " + rl + "\n" + m.title + " " + m.fmt(o[m.key] ?? null) +
+          (o.pfc_rx_pause_frames_per_s !== undefined ? "\npause frames " + fmtRate(o.pfc_rx_pause_frames_per_s) + "/s" : "") +
+          (o.cnp_sent_per_s !== undefined ? " · CNP " + fmtRate(o.cnp_sent_per_s) + "/s" : "") +
+          (o.availability !== undefined && o.availability !== null ? "\navailability " + fmtPct(o.availability, 2) : "");
+        return td;
+      })));
+    const total = el("tr", { class: "total" }, el("th", { class: "row" }, "rail"),
+      rails.map((rl) => cell((h.rail.get(String(rl)) || {})[m.key], null, { "data-rail-total": rl, "data-metric": m.key })));
+    const bar = el("span", { class: "bar" });
+    bar.style.background = "linear-gradient(90deg, " + [0, 0.25, 0.5, 0.72, 0.86, 1].map((t) => rampColor(t).css).join(", ") + ")";
+    return el("div", { class: "hm", "data-heatmap": m.key },
+      el("h3", {}, m.title, " ", el("span", { class: "muted" }, m.sub)),
+      el("table", { class: "hm-grid" },
+        el("thead", {}, el("tr", {}, el("th", {}, ""), rails.map((rl) => el("th", {}, rl === "—" ? "no rail" : "rail " + rl)))),
+        el("tbody", {}, body, total)),
+      el("div", { class: "ramp", "data-legend": m.key }, el("span", {}, m.fmt(m.legend ? m.legend[0] : 0)), bar,
+        el("span", {}, m.fmt(m.legend ? m.legend[1] : max))));
+  }));
+}
+
+// ------------------------------------------------------------------ KPI view: recovery times
+
+async function loadRecovery() {
+  const end = kv.anchor, start = end - 30 * 86400 * 1000;
+  kv.recovery = await api("/api/v1/kpis/recovery?start=" + encodeURIComponent(iso(start)) + "&end=" + encodeURIComponent(iso(end + 1000)));
+  renderRecovery();
+}
+
+function renderRecovery() {
+  const r = kv.recovery, target = r.mitigation_target_s;
+  $("recovery-range").textContent = "· incidents opened in the 30 d to " + fmtTime(kv.anchor) + " · mitigation target " + fmtDur(target);
+  const body = $("recovery").tBodies[0];
+  const causes = Object.entries(r.by_cause);
+  if (!causes.length) {
+    body.replaceChildren(el("tr", {}, el("td", { colspan: 10, class: "empty" }, "no incidents in the last 30 days of data")));
+    return;
+  }
+  const num = (v, extra) => el("td", Object.assign({ class: "num" }, extra || {}), fmtDur(v));
+  const judged = (v) => v === null || v === undefined ? "" : v <= target ? "good" : "bad";
+  const tbar = (st) => {
+    // 0 .. 2x target (or the p90 if larger); the yellow tick is the target.
+    const span = Math.max(2 * target, st.p90 || 0);
+    const bar = el("div", { class: "tbar", title: "mitigate p50 " + fmtDur(st.p50) + ", p90 " + fmtDur(st.p90) + ", target " + fmtDur(target) });
+    if (st.p90 !== null) { const b = el("span", { class: "p90" + (st.p90 > target ? " over" : "") }); b.style.width = (100 * st.p90 / span) + "%"; bar.append(b); }
+    if (st.p50 !== null) { const b = el("span", { class: "p50" + (st.p50 > target ? " over" : "") }); b.style.width = (100 * st.p50 / span) + "%"; bar.append(b); }
+    const t = el("span", { class: "tgt" }); t.style.left = (100 * target / span) + "%"; bar.append(t);
+    return bar;
+  };
+  const row = (name, g, cls) => el("tr", { class: cls || "", "data-cause": name },
+    el("td", { class: "ent" }, name.replaceAll("_", " ")), el("td", { class: "num" }, g.incidents),
+    num(g.detect.p50, { "data-detect-p50": g.detect.p50 }), num(g.detect.p90),
+    el("td", { class: "num " + judged(g.mitigate.p50), "data-mitigate-p50": g.mitigate.p50 }, fmtDur(g.mitigate.p50)),
+    el("td", { class: "num " + judged(g.mitigate.p90), "data-mitigate-p90": g.mitigate.p90 }, fmtDur(g.mitigate.p90)),
+    el("td", {}, tbar(g.mitigate)),
+    el("td", { class: "num " + (g.mitigation_within_target === null ? "" : g.mitigation_within_target >= 0.9 ? "good" : "bad"),
+      "data-within": g.mitigation_within_target }, g.mitigation_within_target === null ? "—" : fmtPct(g.mitigation_within_target, 0)),
+    num(g.restore.p50, { "data-restore-p50": g.restore.p50 }), num(g.restore.p90));
+  const pods = Object.entries(r.by_pod).map(([p, g]) => {
+    const tr = row("pod " + p, g, "pod");
+    tr.removeAttribute("data-cause");
+    tr.setAttribute("data-pod", p);
+    return tr;
+  });
+  body.replaceChildren(...causes.map(([c, g]) => row(c, g)), row("all causes", r.overall, "all"),
+    ...(pods.length ? [el("tr", { class: "sect" }, el("td", { colspan: 10 }, "per pod")), ...pods] : []));
+  const foot = $("recovery-panel").querySelector(".rec-foot") || $("recovery-panel").appendChild(el("div", { class: "rec-foot" }));
+  foot.replaceChildren("detect: fault onset → first alert · mitigate: alert → drained · restore: drained → returned to service",
+    el("i", { class: "p50" }), "p50", el("i", { class: "p90" }), "p90", el("i", { class: "tgt" }), "target");
+}
+
+// ------------------------------------------------------------------ KPI view: NCCL busbw
+
+async function loadNccl() {
+  const [runs, bases] = await Promise.all([api("/api/v1/nccl/runs?limit=500"), api("/api/v1/nccl/baselines")]);
+  const groups = new Map();   // runs arrive newest first, so each group's first run is its latest
+  for (const r of runs.items) {
+    const k = r.test + " " + r.scope;
+    if (!groups.has(k)) groups.set(k, { test: r.test, scope: r.scope, latest: r, count: 0 });
+    groups.get(k).count++;
+  }
+  for (const b of bases.items) { const g = groups.get(b.test + " " + b.scope); if (g) g.baseline = b.run_id; }
+  kv.nccl = { groups };
+  const pick = $("nccl-pick");
+  if (!kv.pick || !groups.has(kv.pick)) kv.pick = groups.size ? groups.keys().next().value : null;
+  pick.replaceChildren(...[...groups.values()].map((g) => el("option", { value: g.test + " " + g.scope },
+    g.test.replace(/_perf$/, "") + " · " + g.scope + " (" + g.count + " run" + (g.count > 1 ? "s" : "") + ")")));
+  pick.value = kv.pick || "";
+  pick.classList.toggle("hidden", !groups.size);
+  await renderNccl();
+}
+
+async function renderNccl() {
+  const chart = $("nccl-chart"), side = $("nccl-side");
+  const g = kv.pick && kv.nccl.groups.get(kv.pick);
+  if (!g) {
+    $("nccl-sub").textContent = "";
+    chart.replaceChildren(el("div", { class: "empty" }, "no NCCL runs yet — import nccl-tests output with `fabricwatch nccl import FILE` or POST /api/v1/nccl"));
+    side.replaceChildren();
+    return;
+  }
+  const latestId = g.latest.id, baseId = g.baseline ?? null;
+  const [latest, base, cmp] = await Promise.all([api("/api/v1/nccl/runs/" + latestId),
+    baseId !== null && baseId !== latestId ? api("/api/v1/nccl/runs/" + baseId) : Promise.resolve(null),
+    api("/api/v1/nccl/runs/" + latestId + "/compare")]);
+  $("nccl-sub").textContent = "· out-of-place busbw, " + (base ? "baseline run " + base.id + " vs latest run " + latest.id : "run " + latest.id);
+  drawNccl(chart, latest, base, cmp);
+  renderNcclSide(side, latest, base, cmp);
+}
+
+function drawNccl(box, latest, base, cmp) {
+  const w = Math.max(box.clientWidth - 12, 360), h = Math.max(box.clientHeight - 10, 200);
+  const L = 52, R = 14, T = 22, B = 34;
+  const rows = (run) => run ? run.results.filter((r) => r.size_bytes > 0 && r.oop_busbw !== null) : [];
+  const lr = rows(latest), br = rows(base);
+  const all = lr.concat(br);
+  if (!all.length) { box.replaceChildren(el("div", { class: "empty" }, "run " + latest.id + " has no results")); return; }
+  const lx = all.map((r) => Math.log2(r.size_bytes));
+  const x0 = Math.floor(Math.min(...lx)), x1 = Math.max(Math.ceil(Math.max(...lx)), x0 + 1);
+  const yMax = niceMax(Math.max(...all.map((r) => r.oop_busbw)) * 1.05);
+  const x = (s) => L + (Math.log2(s) - x0) / (x1 - x0) * (w - L - R);
+  const y = (v) => T + (1 - v / yMax) * (h - T - B);
+  const s = svg("svg", { viewBox: "0 0 " + w + " " + h, preserveAspectRatio: "none", role: "img", "data-chart": "nccl",
+    "aria-label": "NCCL busbw against message size" });
+  const grid = svg("g", { stroke: "#1f2a36", "stroke-width": 1 });
+  for (let i = 0; i <= 5; i++) {
+    const v = yMax * i / 5;
+    grid.append(svg("line", { x1: L, x2: w - R, y1: y(v), y2: y(v) }));
+    s.append(svg("text", { x: L - 6, y: y(v) + 3, "text-anchor": "end" }, v % 1 ? v.toFixed(1) : v));
+  }
+  const every = Math.max(1, Math.ceil((x1 - x0) / 10));   // about ten labelled powers of two
+  for (let p = x0; p <= x1; p++) {
+    const xv = x(Math.pow(2, p));
+    if ((p - x0) % every === 0) {
+      grid.append(svg("line", { x1: xv, x2: xv, y1: T, y2: h - B }));
+      s.append(svg("text", { x: xv, y: h - B + 13, "text-anchor": "middle" }, fmtBytes(Math.pow(2, p))));
+    }
+  }
+  s.prepend(grid);
+  s.append(svg("text", { x: L + (w - L - R) / 2, y: h - 4, "text-anchor": "middle", class: "axis-title" }, "message size (log₂)"),
+    svg("text", { x: 12, y: T + (h - T - B) / 2, "text-anchor": "middle", class: "axis-title",
+      transform: "rotate(-90 12 " + (T + (h - T - B) / 2) + ")" }, "busbw GB/s"));
+  const path = (pts) => pts.map((r, i) => (i ? "L" : "M") + x(r.size_bytes).toFixed(1) + " " + y(r.oop_busbw).toFixed(1)).join(" ");
+  if (br.length) {
+    // The tolerance band: below its lower edge a size counts as regressed.
+    const tol = cmp.tolerance || 0.1;
+    const upper = br.map((r) => x(r.size_bytes).toFixed(1) + " " + y(r.oop_busbw).toFixed(1));
+    const lower = [...br].reverse().map((r) => x(r.size_bytes).toFixed(1) + " " + y(r.oop_busbw * (1 - tol)).toFixed(1));
+    s.append(svg("path", { d: "M" + upper.join(" L") + " L" + lower.join(" L") + " Z", fill: "rgba(154,169,186,.16)", stroke: "none", class: "band" }));
+    s.append(svg("path", { d: path(br), fill: "none", stroke: "#9aa9ba", "stroke-width": 1.5, "stroke-dasharray": "5 3", class: "line baseline", "data-run": base.id }));
+  }
+  s.append(svg("path", { d: path(lr), fill: "none", stroke: "#4aa3ff", "stroke-width": 2, class: "line latest", "data-run": latest.id }));
+  const bad = new Map(cmp.sizes.filter((z) => z.regressed).map((z) => [z.size_bytes, z]));
+  const pts = svg("g", {});
+  for (const [run, rs, cls] of [[base, br, "baseline"], [latest, lr, "latest"]]) {
+    if (!run) continue;
+    for (const r of rs) {
+      const reg = cls === "latest" && bad.get(r.size_bytes);
+      pts.append(svg("circle", { cx: x(r.size_bytes), cy: y(r.oop_busbw), r: reg ? 3.6 : cls === "latest" ? 2.2 : 1.6,
+        fill: reg ? "#ff4d4f" : cls === "latest" ? "#4aa3ff" : "#9aa9ba", class: "pt " + cls + (reg ? " regressed" : ""),
+        "data-size": r.size_bytes, "data-busbw": r.oop_busbw },
+      svg("title", {}, cls + " run " + run.id + ": " + fmtBytes(r.size_bytes) + " → " + r.oop_busbw + " GB/s" +
+        (reg ? " (" + (reg.change * 100).toFixed(1) + "% vs baseline " + reg.baseline_busbw + ")" : ""))));
+    }
+  }
+  s.append(pts);
+  const key = svg("g", { transform: "translate(" + (L + 8) + "," + (T - 8) + ")" });
+  const keys = base ? [["baseline #" + base.id, "#9aa9ba", "5 3"], ["latest #" + latest.id, "#4aa3ff", null]] : [["run #" + latest.id, "#4aa3ff", null]];
+  keys.forEach(([label, color, dash], i) => {
+    key.append(svg("line", { x1: i * 120, x2: i * 120 + 18, y1: 0, y2: 0, stroke: color, "stroke-width": 2, "stroke-dasharray": dash }),
+      svg("text", { x: i * 120 + 23, y: 3 }, label));
+  });
+  if (bad.size) key.append(svg("circle", { cx: keys.length * 120 + 4, cy: 0, r: 3.6, fill: "#ff4d4f" }),
+    svg("text", { x: keys.length * 120 + 12, y: 3 }, "regressed (> " + Math.round((cmp.tolerance || 0.1) * 100) + "% below)"));
+  s.append(key);
+  box.replaceChildren(s);
+}
+
+function renderNcclSide(side, latest, base, cmp) {
+  const status = !base ? "na" : cmp.regressed ? "bad" : "ok";
+  const word = { na: latest.wrong_total ? "WRONG VALUES" : "BASELINE ONLY", bad: "REGRESSED", ok: "WITHIN TOLERANCE" }[status];
+  const worst = [...cmp.sizes].sort((a, b) => a.change - b.change).filter((z) => z.change < 0).slice(0, 6);
+  const meta = (run, label) => run ? [el("span", { class: "k" }, label),
+    el("span", { class: "mono" }, "#" + run.id + " · " + fmtTime(run.run_at) + " · NCCL " + (run.nccl_version || "?") +
+      " · avg " + fmtNum(run.avg_busbw, 1) + " GB/s")] : [];
+  side.replaceChildren(...[
+    el("div", {}, el("span", { class: "verdict-badge " + (latest.wrong_total ? "bad" : status), "data-verdict": status }, word),
+      " ", el("span", { class: "muted" }, latest.test + " · " + latest.scope + " · " + (latest.gpu_model || "GPU ?"))),
+    cmp.reasons.map((r) => el("div", { class: "reason" }, r)),
+    cmp.notes.map((n) => el("div", { class: "note" }, n)),
+    el("div", { class: "runs" }, meta(base, "baseline"), meta(latest, base ? "latest" : "run"),
+      el("span", { class: "k" }, "hosts"), el("span", { class: "mono" }, (latest.hosts || []).join(", ")),
+      latest.job ? [el("span", { class: "k" }, "job"), el("span", { class: "mono" }, latest.job)] : []),
+    worst.length ? el("table", {}, el("thead", {}, el("tr", {}, ["size", "baseline", "latest", "change"].map((k) => el("th", {}, k)))),
+      el("tbody", {}, worst.map((z) => el("tr", { "data-size": z.size_bytes }, el("td", {}, fmtBytes(z.size_bytes)),
+        el("td", {}, fmtNum(z.baseline_busbw, 1)), el("td", {}, fmtNum(z.busbw, 1)),
+        el("td", { class: z.regressed ? "bad" : "" }, (z.change * 100).toFixed(1) + "%"))))) : null,
+    el("div", { class: "note" }, "sizes with baseline busbw under 1 GB/s are not compared")].flat().filter(Boolean));
+}
+
+// ------------------------------------------------------------------ KPI view: loading and tabs
+
+async function refreshKpis(which) {
+  try {
+    kv.anchor = await dataTime();
+  } catch (e) { return; }   // 401: the token banner is up
+  const parts = { heat: loadHeat, recovery: loadRecovery, nccl: loadNccl };
+  await Promise.all((which || Object.keys(parts)).map((k) => parts[k]().catch((e) => {
+    if (e.status === 401) return;
+    const where = { heat: "heat", recovery: "recovery", nccl: "nccl-chart" }[k];
+    const box = k === "recovery" ? $("recovery").tBodies[0] : $(where);
+    const msg = e.status === 404 ? k + " API not available" : "loading " + k + " failed: " + e.message;
+    box.replaceChildren(k === "recovery" ? el("tr", {}, el("td", { colspan: 10, class: "empty" }, msg)) : el("div", { class: "empty" }, msg));
+  })));
+  kv.loaded = true;
+  document.body.setAttribute("data-kpis-loaded", "1");
+}
+
+function kpiActive() { return window.location.hash === "#kpis"; }
+
+function showTab() {
+  const k = kpiActive();
+  $("ops-view").classList.toggle("hidden", k);
+  $("kpi-view").classList.toggle("hidden", !k);
+  $("tab-ops").classList.toggle("on", !k);
+  $("tab-kpis").classList.toggle("on", k);
+  if (k && !kv.loaded) refreshKpis();
+  else if (k && kv.nccl) renderNccl().catch(() => {});   // the chart sizes itself to a now-visible box
+}
+
 // ------------------------------------------------------------------ loading
 
 const loaders = {
@@ -440,13 +822,21 @@ function autoSelect() {
 }
 
 // Events name what changed; we re-read the affected resources, coalescing bursts.
-const pending = new Set();
+const pending = new Set(), kpiPending = new Set();
 function schedule(kind) {
   const map = { alert: ["alerts", "summary", "topo"], drain: ["drains", "summary"], incident: ["summary"],
     target: ["summary"] };
   for (const k of map[kind] || ["summary"]) pending.add(k);
+  // Incidents move recovery times; an NCCL import shows up as an alert (regression) or nothing.
+  const kmap = { incident: ["recovery"], alert: ["nccl"], drain: ["recovery"] };
+  if (kpiActive() && kv.loaded) for (const k of kmap[kind] || []) kpiPending.add(k);
   clearTimeout(schedule.timer);
-  schedule.timer = setTimeout(() => { const w = [...pending]; pending.clear(); refresh(w); }, 400);
+  schedule.timer = setTimeout(() => {
+    const w = [...pending], kw = [...kpiPending];
+    pending.clear(); kpiPending.clear();
+    refresh(w);
+    if (kw.length) refreshKpis(kw);
+  }, 400);
 }
 
 function setLive(on, text) {
@@ -498,11 +888,20 @@ document.addEventListener("DOMContentLoaded", () => {
   token();
   $("auth-save").addEventListener("click", () => {
     const v = $("auth-token").value.trim();
-    if (v) { localStorage.setItem(TOKEN_KEY, v); $("auth").classList.add("hidden"); refresh(); }
+    if (v) { localStorage.setItem(TOKEN_KEY, v); $("auth").classList.add("hidden"); refresh(); if (kpiActive()) refreshKpis(); }
+  });
+  $("heat-window").addEventListener("change", () => refreshKpis(["heat"]));
+  $("nccl-pick").addEventListener("change", (ev) => { kv.pick = ev.target.value; renderNccl().catch((e) => toast("NCCL: " + e.message)); });
+  window.addEventListener("hashchange", showTab);
+  let resized = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(resized);
+    resized = setTimeout(() => { if (kpiActive() && kv.nccl) renderNccl().catch(() => {}); }, 200);
   });
   tick();
   setInterval(tick, 1000);
   refresh();
-  setInterval(refresh, 60000);   // a safety net under the event stream
+  showTab();
+  setInterval(() => { refresh(); if (kpiActive()) refreshKpis(); }, 60000);   // a safety net under the event stream
   stream();
 });
