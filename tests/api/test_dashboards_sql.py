@@ -1,13 +1,15 @@
 """Every panel query of our Grafana dashboards runs against real PostgreSQL holding simulated data
 and returns rows. Grafana's macros are expanded by `expand` below, the way Grafana's PostgreSQL
-data source expands them (see docs/dashboards.md); panels on the alerts and drains tables get
-rows through those domains' own service functions, and are skipped only if those have not landed."""
+data source expands them (see docs/dashboards.md); panels on the alerts, drains, incidents and NCCL tables
+get rows through those domains' own service functions, and are skipped only if those have not landed.
+Template variables that are queries (kpis.json's $test and $scope) are answered by the database, as
+Grafana would, and the first value is used."""
 
 from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +19,26 @@ from sqlalchemy import Engine
 
 from service.events import libpq_url
 from service.fleet.service import has_table
-from tests.api.fabric_seed import FAULTY_LEAF, FAULTY_PORT, START, Seeded, seed_alerts, seed_drain, seed_fabric
+from tests.api.fabric_seed import (
+    FAULTY_LEAF,
+    FAULTY_PORT,
+    START,
+    Seeded,
+    seed_alerts,
+    seed_drain,
+    seed_fabric,
+    seed_incident_timeline,
+    seed_nccl_runs,
+)
 
 DASHBOARDS = Path(__file__).resolve().parents[2] / "dashboards"
-OURS = ("fabric-overview", "optics", "congestion", "alerts", "drains")
+OURS = ("fabric-overview", "optics", "congestion", "alerts", "drains", "kpis")
 DATASOURCE_UID = "fabricwatch-pg"
 # Tables that other domains' migrations add, and what seeds them here.
 OPTIONAL_TABLES = {"alerts": "alerts", "alert_events": "alerts", "drain_recommendations": "drains",
-                   "drain_breaker": "drains", "incidents": "drains"}
+                   "drain_breaker": "drains", "incidents": "drains", "incident_events": "incidents",
+                   "nccl_runs": "nccl", "nccl_results": "nccl", "nccl_baselines": "nccl"}
+BASE_VARIABLES = {"pod": ["p1", "p2"], "device": [FAULTY_LEAF], "port": [FAULTY_PORT]}
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -119,11 +133,30 @@ def _cases() -> list[Any]:
     return cases
 
 
+def _range(fabric: Seeded) -> dict[str, datetime]:
+    return {"start": datetime.fromtimestamp(START, tz=UTC), "end": datetime.fromtimestamp(fabric.end_s, tz=UTC)}
+
+
+def _variables(dashboard: str, conn: psycopg.Connection[Any], fabric: Seeded) -> dict[str, list[str]]:
+    """The fixed test values, plus each query variable answered in order (later ones may use earlier ones)."""
+    values = dict(BASE_VARIABLES)
+    d = json.loads((DASHBOARDS / f"{dashboard}.json").read_text())
+    for v in d.get("templating", {}).get("list", []):
+        if v.get("type") == "query" and v["name"] not in values:
+            sql = expand(v["query"], interval="1m", variables=values, **_range(fabric))
+            rows = conn.execute(sql).fetchall()
+            assert rows, f"{dashboard}: variable ${v['name']} has no values"
+            values[v["name"]] = [str(rows[0][0])]
+    return values
+
+
 @pytest.fixture(scope="module")
 def seeded(engine: Engine) -> dict[str, Any]:
     fabric: Seeded = seed_fabric(engine)
     at_ms = int(fabric.end_s * 1000)
-    landed = {"alerts": seed_alerts(engine, at_ms) is not None, "drains": seed_drain(engine, fabric.end_s) is not None}
+    landed = {"alerts": seed_alerts(engine, at_ms) is not None, "drains": seed_drain(engine, fabric.end_s) is not None,
+              "incidents": seed_incident_timeline(engine) is not None,
+              "nccl": seed_nccl_runs(engine, fabric.end_s) is not None}
     with engine.connect() as conn:
         tables = {t: has_table(conn, t) for t in OPTIONAL_TABLES}
     return {"fabric": fabric, "landed": landed, "tables": tables}
@@ -149,9 +182,41 @@ def test_panel_sql_returns_rows(dashboard: str, title: str, raw: str, seeded: di
         if not seeded["tables"][table] or not seeded["landed"][domain]:
             pytest.skip(f"{table}: the {domain} domain (tables or service) has not landed yet")
     fabric: Seeded = seeded["fabric"]
-    sql = expand(raw, start=datetime.fromtimestamp(START, tz=UTC), end=datetime.fromtimestamp(fabric.end_s, tz=UTC),
-                 interval="1m", variables={"pod": ["p1", "p2"], "device": [FAULTY_LEAF], "port": [FAULTY_PORT]})
     with psycopg.connect(libpq_url(db_url)) as conn:
         conn.execute("SET statement_timeout = '10s'")
+        sql = expand(raw, interval="1m", variables=_variables(dashboard, conn, fabric), **_range(fabric))
         rows = conn.execute(sql).fetchall()
     assert rows, f"{dashboard} / {title} returned no rows"
+
+
+def _kpi_panel(title_start: str) -> str:
+    d = json.loads((DASHBOARDS / "kpis.json").read_text())
+    return next(p["targets"][0]["rawSql"] for p in _panels(d) if p["title"].startswith(title_start))
+
+
+def test_kpi_panels_agree_with_the_kpi_api(seeded: dict[str, Any], db_url: str, engine: Engine) -> None:
+    """The Grafana KPI panels and the NOC page (which reads the API) must show the same numbers."""
+    if not all(seeded["landed"].values()):
+        pytest.skip("a seeded domain has not landed")
+    from service.kpis.service import Scope, congestion, load_timelines, recovery_times, utilization
+
+    fabric: Seeded = seeded["fabric"]
+    rng = _range(fabric)
+    step = (rng["end"] - rng["start"]).total_seconds()
+    with engine.connect() as c:
+        # Buckets are aligned to the step: START (00:00) starts one, so the whole range is one bucket.
+        util = {p.group: p.values["utilization_mean"] for p in utilization(conn=c, scope=Scope.LEAF, step_s=step,
+                                                                           **rng)}
+        ecn = {p.group: p.values["ecn_marked_per_s"] for p in congestion(conn=c, scope=Scope.LEAF, step_s=step, **rng)}
+        rec = recovery_times(load_timelines(conn=c, start=rng["start"], end=rng["end"] + timedelta(seconds=1)))
+    with psycopg.connect(libpq_url(db_url)) as conn:
+        run = lambda title: conn.execute(  # noqa: E731
+            expand(_kpi_panel(title), interval="1m", variables=BASE_VARIABLES, **rng)).fetchall()
+        for panel, api in (("Utilization", util), ("ECN", ecn)):
+            got = {leaf: value for leaf, _, value in run(panel)}
+            assert got.keys() == api.keys() and all(got[k] == pytest.approx(api[k]) for k in api), panel
+        for cause, n, d50, d90, m50, m90, _, r50, r90 in run("Recovery"):
+            g = rec.by_cause[cause]
+            assert (n, d50, d90, m50, m90, r50, r90) == (
+                g.incidents, g.detect.p50, g.detect.p90, g.mitigate.p50, g.mitigate.p90, g.restore.p50, g.restore.p90
+            ), cause
