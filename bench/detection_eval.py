@@ -445,13 +445,14 @@ def score_run(res: RunResult, alerts: list[dict[str, Any]]) -> Score:
     evs = []
     for ev in res.events:
         ports, devs = _entities(ev)
-        if ev["scenario"] in ("S6", "S10", "S9", "S7", "S12") or ev["end"] in ("device", "host"):
+        if ev["scenario"] in ("S10", "S9", "S7", "S12") or ev["end"] == "host":
             # device/host-level events: every linked port of the device, and the far ends
             for (a, ap), (b, bp) in peers.items():
                 if a == ev["device"]:
                     ports |= {(a, ap), (b, bp)}
         if ev["scenario"] == "S6":
             devs |= {d for d, _ in ports}  # the line card's far ends may raise their own device finding
+            # (only the line card's own ports and their far ends: other ports of the switch are not in it)
         on = ev["onset_unix"]
         until = ev["until_unix"] if ev.get("until_unix") else (ev["hard_failure_unix"] or res.end)
         if ev["scenario"] == "S5" and ev["params"].get("ends") == "down":
@@ -475,7 +476,15 @@ def score_run(res: RunResult, alerts: list[dict[str, Any]]) -> Score:
     for al in alerts:
         t = al["at"]
         placed = False
-        for e in evs:  # a TP or a fragment of an expected event
+        for e in evs:  # first: the TP window of an expected event still waiting for its TP
+            if e["ev"]["alert_expected"] and _scored(al) and not any(h["at"] <= e["tol_end"] for h in e["hits"]) \
+                    and e["on"] <= t <= e["tol_end"] and _match(al, e["ports"], e["devs"]):
+                e["hits"].append(al)
+                placed = True
+                break
+        if placed:
+            continue
+        for e in evs:  # then: a fragment of an expected event
             if e["ev"]["alert_expected"] and _match(al, e["ports"], e["devs"]) and \
                     e["on"] <= t <= max(e["tol_end"], e["until"] + FRAGMENT_GRACE_S):
                 if _scored(al):
