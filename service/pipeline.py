@@ -18,6 +18,7 @@ from sqlalchemy import Connection, Engine, text
 from service.alerts.service import ChangeSet, apply_findings
 from service.detection.findings import Finding, Severity
 from service.detection.service import backtest, detect_at
+from service.detection.state import Config
 from service.drains.service import recommend_for_finding
 
 # Tables the alert state machine writes; a replay works on temporary copies of these.
@@ -59,14 +60,14 @@ def apply_cycle(conn: Connection, findings: list[Finding], at_ms: int, *, drains
     return out
 
 
-def run_cycle(engine: Engine, at_ms: int, *, name: str = "default") -> CycleOutcome:
+def run_cycle(engine: Engine, at_ms: int, *, name: str = "default", config: Config | None = None) -> CycleOutcome:
     """Live: detect at `at_ms` (new samples only), then alert and recommend."""
-    findings = detect_at(engine, at_ms, name=name)
+    findings = detect_at(engine, at_ms, name=name, config=config)
     with engine.begin() as conn:
         return apply_cycle(conn, findings, at_ms)
 
 
-def replay_alerts(engine: Engine, from_ms: int, to_ms: int, step_ms: int,
+def replay_alerts(engine: Engine, from_ms: int, to_ms: int, step_ms: int, *, config: Config | None = None,
                   on_cycle: Callable[[CycleOutcome], None] | None = None) -> list[CycleOutcome]:
     """Backtest: the alert changes live detection would have made over [from, to], changing nothing."""
     outcomes: list[CycleOutcome] = []
@@ -84,7 +85,7 @@ def replay_alerts(engine: Engine, from_ms: int, to_ms: int, step_ms: int,
                 on_cycle(outcome)
 
         try:
-            backtest(engine, from_ms, to_ms, step_ms, on_cycle=cycle)
+            backtest(engine, from_ms, to_ms, step_ms, config=config, on_cycle=cycle)
         finally:
             conn.rollback()
             for table in _SHADOWED:

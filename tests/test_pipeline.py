@@ -39,3 +39,22 @@ def test_live_pipeline_alerts_recommends_and_equals_the_replay(db: Engine) -> No
         assert conn.execute(text("SELECT count(*) FROM alert_events")).scalar_one() == events_before
         assert conn.execute(text("SELECT count(*) FROM webhook_outbox")).scalar_one() == 0
     assert _alerts(db) == alerts
+
+
+def test_a_finding_with_uncomputable_evidence_still_alerts(db: Engine) -> None:
+    """An evidence value that could not be computed (NaN) is stored as null, not a failed cycle."""
+    from service.detection.findings import Action, Cause, Evidence, Finding, Severity
+    from service.pipeline import apply_cycle
+    from tests.factories import add_hosts
+
+    add_hosts(db, 1)
+    f = Finding(kind="loose_module", scope="port", device="h-000", port="eth0", lane=None,
+                cause=Cause.LOOSE_MODULE, severity=Severity.TICKET, action=Action.RESEAT, state="firing",
+                score=2.0, at_ms=1_764_500_000_000, summary="error bursts and flaps",
+                evidence=[Evidence("flap_rate", float("nan"), baseline=float("inf"), unit="1/h")])
+    with db.begin() as conn:
+        outcome = apply_cycle(conn, [f], f.at_ms)
+    assert outcome.changes.opened
+    with db.connect() as conn:
+        evidence = conn.execute(text("SELECT evidence FROM alerts")).scalar_one()
+    assert evidence[0]["value"] is None and evidence[0]["baseline"] is None

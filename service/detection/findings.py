@@ -12,6 +12,7 @@ hysteresis state so that alerting never re-derives thresholds:
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -97,7 +98,19 @@ class Finding:
         return f"{self.kind}/{entity}"
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        """JSON-ready: a non-finite number (an evidence value that could not be computed) becomes None,
+        since JSON and PostgreSQL's jsonb have no NaN."""
+        d = _finite(asdict(self))
         d["cause"], d["severity"], d["action"] = self.cause.value, self.severity.value, self.action.value
         d["physical"], d["fingerprint"] = self.physical, self.fingerprint
         return d
+
+
+def _finite(o: Any) -> Any:
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, list):
+        return [_finite(v) for v in o]
+    return o

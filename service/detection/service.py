@@ -136,7 +136,7 @@ def load_series(conn: Connection, fabric: Fabric, old: SeriesIndex | None = None
 
 _SAMPLES_SQL = """
 SELECT series_id, (extract(epoch FROM ts) * 1000)::bigint, value FROM samples
-WHERE ts > :lo AND ts <= :hi ORDER BY ts
+WHERE ts > %(lo)s AND ts <= %(hi)s ORDER BY ts
 """
 
 
@@ -147,7 +147,9 @@ def _dt(ms: int) -> datetime:
 def read_samples(conn: Connection, fabric: Fabric, sx: SeriesIndex, lo_ms: int, hi_ms: int
                  ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], SeriesIndex]:
     """Samples with ts in (lo, hi] for the metrics detection uses, grouped per metric."""
-    rows = conn.execute(text(_SAMPLES_SQL), {"lo": _dt(lo_ms), "hi": _dt(hi_ms)}).all()
+    # Plain tuples from the driver: numpy converts them ~10x faster than SQLAlchemy Row objects.
+    with conn.connection.driver_connection.cursor() as cur:
+        rows = cur.execute(_SAMPLES_SQL, {"lo": _dt(lo_ms), "hi": _dt(hi_ms)}).fetchall()
     if not rows:
         return {}, sx
     arr = np.asarray(rows, dtype=np.float64)

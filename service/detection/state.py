@@ -306,7 +306,6 @@ class Config:
     flap_storm_window_s: float = 10.0     # ... per 10 s (detection.md F31)
     pause_storm_duty: float = 0.9         # tx pause duty (F24/F25 use 0.99 per 100-200 ms; 0.9 per poll)
     pause_storm_rx_util: float = 0.05
-    host_pause_duty: float = 0.1
     rx_drop_db: float = 1.5               # rx below its own baseline by this much = degraded
     tx_drop_db: float = 1.0               # peer tx below its baseline by this much = transmitter fault
     bias_drift_frac: float = 0.15
@@ -320,9 +319,6 @@ class Config:
     shared_min_ports: int = 3
     congestion_ecn_frac: float = 0.06       # of rx packets; background incast bursts reach ~0.04
     congestion_pause_duty: float = 0.03
-    # persistence (k of n cycles)
-    k: int = 3
-    n: int = 5
     # layer 2
     if_trees: int = 100
     if_max_samples: int = 256
