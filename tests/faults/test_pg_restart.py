@@ -118,9 +118,10 @@ def test_postgres_restart_loses_no_collected_or_acknowledged_sample(
                for name, peer in zip(SWITCHES, agents, strict=True)]
     devices.append({"name": PUSH_HOST, "kind": "host", "role": "host", "ports": [{"name": p} for p in PUSH_PORTS]})
     load_inventory(private_pg.url, devices)
-    # 0.3 s between collecting and storing: an outage then always catches collections in flight.
+    # 1.5 s between collecting and storing, longer than the 1 s poll interval: some collection is always
+    # in flight, so the outage certainly catches one (the spool path), however the machine is loaded.
     worker = CountingWorker(tmp_path, database_url=private_pg.url, redis_url=private_redis.url,
-                            queues=f"fabricwatch,{queue}", extra_env={COMMUNITY_ENV: "arista", DELAY_ENV: "0.3"})
+                            queues=f"fabricwatch,{queue}", extra_env={COMMUNITY_ENV: "arista", DELAY_ENV: "1.5"})
     worker.start()
     settings = load_settings(database_url=private_pg.url, auth_required=False)
     try:
