@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError
+from sqlalchemy.exc import DataError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 PROBLEM_TYPE = "application/problem+json"
@@ -50,6 +50,13 @@ def install(app: FastAPI) -> None:
         # A value PostgreSQL cannot hold (an id past int32, a NUL byte) is the client's mistake.
         reason = str(exc.orig).splitlines()[0] if exc.orig else type(exc).__name__
         return problem_response(400, "Invalid value", reason[:300])
+
+    @app.exception_handler(OperationalError)
+    async def _database_away(_: Request, exc: OperationalError) -> JSONResponse:
+        # The database restarting or unreachable: nothing was written; the client should retry.
+        response = problem_response(503, "Database unavailable", "retry shortly; nothing was written")
+        response.headers["Retry-After"] = "5"
+        return response
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
