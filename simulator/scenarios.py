@@ -237,7 +237,11 @@ class DamagedFiber(FaultBase):
 
 
 class LooseTransceiver(FaultBase):
-    """S4: intermittent error bursts, link recoveries and some flaps; powers stay normal."""
+    """S4: intermittent error bursts, link recoveries and some flaps; powers stay normal.
+
+    The onset is the first burst (the module is knocked or starts to lose contact), so the
+    ground truth's onset is observable; later bursts arrive at `bursts_per_hour`.
+    """
 
     type: Literal["loose_transceiver"]
     bursts_per_hour: float = Field(default=3.0, gt=0, le=3600)
@@ -251,7 +255,7 @@ class LooseTransceiver(FaultBase):
         ov = self.overlap(t0, t1)
         if ov <= 0:
             return
-        bursts = rng.poisson(self.bursts_per_hour * ov / 3600)
+        bursts = rng.poisson(self.bursts_per_hour * ov / 3600) + int(t0 <= self._t_on < t1)
         if bursts:
             i = self._idx[0]
             fx.recoveries[i] += bursts * rng.integers(1, 5)

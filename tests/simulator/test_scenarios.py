@@ -155,3 +155,14 @@ def test_determinism() -> None:
         assert all(np.array_equal(x, y, equal_nan=True) for x, y in zip(a[n], b[n], strict=True)), n
     assert not all(np.array_equal(x, y, equal_nan=True) for x, y in
                    zip(a["optic_rx_power_dbm"], c["optic_rx_power_dbm"], strict=True))
+
+
+def test_loose_transceiver_onset_is_its_first_burst() -> None:
+    # one burst a day on average: any recovery in the onset's own step comes from the onset burst
+    spec = {**TOPO, "faults": [{"type": "loose_transceiver", "device": H1, "port": "eth2", "at": "10m",
+                                "bursts_per_hour": 1 / 24}]}
+    sim, fr = run(spec, end=1800)
+    rec = series(sim, fr, "port_link_error_recovery_total", H1, "eth2")[:, 0]
+    steps = np.flatnonzero(np.diff(rec) > 0) + 1
+    assert steps.size and steps[0] == 10  # row k closes at (k + 1) min: row 10 is (10, 11] min, the onset's
+    assert rec[:10].max() == rec[0]
