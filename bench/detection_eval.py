@@ -49,7 +49,10 @@ TOLERANCE_S = {"S1": 2 * 3600, "S3": 2 * 3600, "S4": 600, "S5": 600, "S6": 600, 
 HARD = ("S4", "S5", "S6", "S9", "S11")
 GRADUAL = ("S1", "S2", "S3")
 CONFOUNDERS = ("S5-benign", "S7", "S8", "S12")
-LATENESS_S = 30.0  # Config.lateness_ms: the bench runs each cycle this long after its poll
+LATENESS_S = 30.0  # Config.lateness_ms
+# Cycles run this long after each nominal poll time: lateness plus the suites' timestamp jitter (+-400 ms),
+# so a cycle reads the whole poll it follows, not just the samples stamped before the nominal time.
+CYCLE_AFTER_POLL_S = LATENESS_S + 1.0
 FRAGMENT_GRACE_S = 3600  # alerts on the event's entity up to 1 h after it ends are the same event
 
 # Ground-truth cause -> class; detector Cause -> class.
@@ -286,7 +289,8 @@ def static_dom_alerts(conn: Any, step_s: float, clear: int = 3) -> list[dict[str
         is_open, ok = state.get((dev, port), (False, 0))
         if low:
             if not is_open:
-                out.append({"at": ts + LATENESS_S, "event": "opened", "kind": "static_dom", "device": dev, "port": port,
+                out.append({"at": ts + CYCLE_AFTER_POLL_S, "event": "opened", "kind": "static_dom", "device": dev,
+                            "port": port,
                             "peer_device": None, "peer_port": None, "cause": "static_dom", "severity": "ticket",
                             "members": [], "fingerprint": f"static/{dev}:{port}"})
             state[(dev, port)] = (True, 0)
@@ -357,10 +361,10 @@ def run_job(job: Job) -> RunResult:
         links = [(sim.m.port_dev_name[i], sim.m.port_name[i], sim.m.port_dev_name[int(sim.m.peer[i])],
                   sim.m.port_name[int(sim.m.peer[i])]) for i in range(0, sim.m.P, 2)]
         res = RunResult(job.suite, job.seed, step, start, end, events, links, timing=timing, samples=n_samples)
-        lateness = Config().lateness_ms
-        # cycles right after each poll may be read (poll time + lateness), from the first poll to the last
-        first = int((start + step) * 1000) + lateness
-        last = int(end * 1000) + lateness
+        after = int(CYCLE_AFTER_POLL_S * 1000)
+        # a cycle right after each poll (CYCLE_AFTER_POLL_S), from the first poll to the last
+        first = int((start + step) * 1000) + after
+        last = int(end * 1000) + after
         for label, overrides in job.configs.items():
             if label == "rules-only" and end - start <= cfg_day_limit(Config(**job.configs["detector"])):
                 # trends need trend_min_points buckets and the forest a day of history: in a run this short
@@ -520,9 +524,9 @@ def score_run(res: RunResult, alerts: list[dict[str, Any]]) -> Score:
                 first = tps[0]
                 row["delay_s"] = first["at"] - e["on"]
                 # polls consumed: from the first poll after onset to the poll the alerting cycle read (cycles run
-                # at poll time + lateness), counting both; 1 = alerted on the first poll that could show it
+                # CYCLE_AFTER_POLL_S after it), counting both; 1 = alerted on the first poll that could show it
                 first_poll = res.start + math.ceil((e["on"] - res.start) / res.step_s - 1e-9) * res.step_s
-                read_poll = res.start + math.floor((first["at"] - LATENESS_S - res.start) / res.step_s + 1e-9) \
+                read_poll = res.start + math.floor((first["at"] - CYCLE_AFTER_POLL_S - res.start) / res.step_s + 1e-9) \
                     * res.step_s
                 row["delay_polls"] = int(round((read_poll - first_poll) / res.step_s)) + 1
                 row["pred"] = _class_of(first)
@@ -764,8 +768,8 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
 
 
 def run_all(seeds: list[int], configs: dict[str, dict[str, Any]], server: str, quick: bool, workers: int,
-            fast_read: bool) -> list[RunResult]:
-    jobs = [Job(s, seed, configs, server, quick, fast_read) for seed in seeds for s in SUITES]
+            fast_read: bool, suites: tuple[str, ...] = SUITES) -> list[RunResult]:
+    jobs = [Job(s, seed, configs, server, quick, fast_read) for seed in seeds for s in suites]
     jobs.sort(key=lambda j: j.suite != "gradual-optics")  # longest first
     if workers <= 1:
         return [run_job(j) for j in jobs]
@@ -787,6 +791,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
                     help="Config overrides for the detector under test (e.g. tuned values)")
+    ap.add_argument("--suites", nargs="+", choices=SUITES, default=list(SUITES),
+                    help="run only these suites (iterating on one scenario group; goals need all three)")
     ap.add_argument("--no-rules-only", action="store_true", help="skip the rules-only baseline run")
     ap.add_argument("--no-fast-read", action="store_true", help="use read_samples exactly as shipped (slower)")
     ap.add_argument("--json", type=Path, help="write the raw per-event rows here")
@@ -801,7 +807,7 @@ def main(argv: list[str] | None = None) -> int:
         configs["rules-only"] = {**tuned, **RULES_ONLY}
     print(f"machine: {machine()}")
     print(f"scoring seeds {a.seeds}; tuning seeds {a.tune_seeds}; Config overrides {tuned or 'none (defaults)'}; "
-          f"suites {', '.join(SUITES)}; quick={a.quick}")
+          f"suites {', '.join(a.suites)}; quick={a.quick}")
     clock = time.perf_counter()
     for title, seeds in (("tuning", a.tune_seeds), ("scoring", a.seeds)):
         if not seeds:
@@ -811,12 +817,7 @@ def main(argv: list[str] | None = None) -> int:
 
             results = pickle.loads(a.rescore.with_suffix(f".{title}.pkl").read_bytes())
         else:
-            results = run_all(seeds, configs, a.server, a.quick, a.workers, not a.no_fast_read)
-        for r in results:  # runs kept before static alerts were stamped like a cycle (poll + lateness)
-            for al in r.alerts.get("static-dom", []):
-                off = (al["at"] - r.start) % r.step_s
-                if min(off, r.step_s - off) < 1.0:
-                    al["at"] += LATENESS_S
+            results = run_all(seeds, configs, a.server, a.quick, a.workers, not a.no_fast_read, tuple(a.suites))
         samples = sum(r.samples for r in results)
         tim = defaultdict(float)
         for r in results:

@@ -35,7 +35,7 @@ from service.detection.state import FeatureState
 
 # kind -> (k, n): fire when the condition held in >= k of the last n cycles
 KN: dict[str, tuple[int, int]] = {
-    "optical_degradation": (3, 5), "post_fec_errors": (2, 3), "flap_storm": (1, 3), "loose_module": (2, 5),
+    "optical_degradation": (3, 5), "post_fec_errors": (2, 3), "flap_storm": (1, 3), "loose_module": (1, 1),
     "pause_storm": (1, 2), "host_side": (3, 5), "congestion": (3, 5), "ber_degradation": (3, 5),
     "dom_threshold": (2, 3), "bias_drift": (2, 3), "anomaly": (4, 5),
 }
@@ -64,23 +64,30 @@ def _popcount(x: np.ndarray) -> np.ndarray:
     return c
 
 
-def _step_history(hist: np.ndarray, latched: np.ndarray, raw: np.ndarray, k: int, n: int
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Shift in this cycle's condition; returns (firing, holding) and updates hist/latched in place."""
+def _step_history(hist: np.ndarray, latched: np.ndarray, raw: np.ndarray, k: int, n: int,
+                  now: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Shift in this cycle's condition; returns (firing, holding) and updates hist/latched in place.
+
+    `now` marks raw conditions strong enough to fire without waiting for k of n.
+    """
     mask = np.uint32((1 << n) - 1)
     hist[:] = ((hist << np.uint32(1)) | raw.astype(np.uint32)) & mask
     count = _popcount(hist)
     firing = count >= k
+    if now is not None:
+        firing |= now & raw
     holding = latched & ~firing & (count >= 1)
     latched[:] = (latched | firing) & (count >= 1)
     return firing, holding
 
 
-def persist(st: FeatureState, raw: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def persist(st: FeatureState, raw: dict[str, np.ndarray], now: dict[str, np.ndarray] | None = None
+            ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     firing, holding = {}, {}
+    now = now or {}
     for kind, r in raw.items():
         k, n = KN.get(kind, (1, 1))
-        firing[kind], holding[kind] = _step_history(st.hist[kind], st.latched[kind], r, k, n)
+        firing[kind], holding[kind] = _step_history(st.hist[kind], st.latched[kind], r, k, n, now.get(kind))
     return firing, holding
 
 
@@ -258,8 +265,10 @@ def _summary(b: Builder, kind: str, p: int) -> tuple[str, list[Evidence]]:
                  _ev("log10_pre_fec_ber", f.log_ber[p], st.base["logber"].loc[p], None, "log10"),
                  _ev("rx_margin_low_warn_db", f.rx_margin_min[p], None, f.rx_margin_cohort_med[p], "dB")])
     if kind == "flap_storm":
-        return (f"link flap storm on {dev}:{port}: {f.flap_peak_rate10[p]:.0f} flaps per 10 s",
-                [_ev("flaps_per_10s", f.flap_peak_rate10[p], 0.0, None, "count"),
+        win = st.cfg.flap_storm_window_s
+        return (f"link flap storm on {dev}:{port}: {f.flap_peak[p]:.0f} flaps in one poll step "
+                f"({f.flap_peak_rate[p]:.0f} per {win:.0f} s)",
+                [_ev("flaps_per_window", f.flap_peak_rate[p], 0.0, None, f"per {win:.0f} s"),
                  _ev("flaps_window", f.flaps[p], None, None, "count")])
     if kind == "loose_module":
         return (f"loose or bad module at {dev}:{port}: repeated link recoveries/error bursts with normal optical "
@@ -354,6 +363,9 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
                 b.optical(p, state)
                 continue
             if kind == "post_fec_errors":
+                if cond.raw["optical_degradation"][p]:  # the optics explain the errors: name their cause
+                    b.optical(p, state)
+                    continue
                 copper = bool(fab.copper[p])
                 summary, ev = _summary(b, kind, p)
                 sev = Severity.PAGE

@@ -46,7 +46,7 @@ class Engine:
         with np.errstate(invalid="ignore"):
             cond.raw["anomaly"] = np.nan_to_num(score > th, nan=0.0).astype(bool) & ~physical_now & cond.optics_ok
         cond.score["anomaly"] = np.nan_to_num(score - th, nan=0.0)
-        firing, holding = attribution.persist(st, cond.raw)
+        firing, holding = attribution.persist(st, cond.raw, cond.now)
         dev_raw, members = attribution.shared_devices(st, cond.raw, f)
         k, n = attribution.SHARED_KN
         dev_fire, dev_hold = attribution._step_history(st.dev_hist, st.dev_latched, dev_raw, k, n)
@@ -70,7 +70,8 @@ class Engine:
         pen = st.penalty
         with np.errstate(invalid="ignore"):
             pen["flap"] = pen["flap"] * fac + (np.nan_to_num(f.flaps, nan=0.0) > 0)
-            pen["recovery"] = pen["recovery"] * fac + (np.nan_to_num(f.recoveries, nan=0.0) > 0)
+            # each link error recovery is a retrain (a micro-flap); a few in one poll weigh more than one
+            pen["recovery"] = pen["recovery"] * fac + np.clip(np.nan_to_num(f.recoveries, nan=0.0), 0, 3)
             burst = np.nan_to_num(f.log_ber_delta, nan=0.0) >= 1.0
             # count burst onsets: a BER that stays up is a level change, not an intermittent module
             pen["burst"] = np.minimum(pen["burst"] * fac + (burst & (pen["burst_on"] == 0)), 10.0)
@@ -120,9 +121,13 @@ class Engine:
         cfg, fab = st.cfg, st.fabric
         alpha = min(1.0, dt_ms / cfg.baseline_tau_ms)
         lp = fab.lane_port
+        # a transmitter whose receiver is flagged keeps its tx/bias baseline too: a slowly dying laser must
+        # not become its own new normal while the far end's alert is open (tx-vs-contamination test)
+        peer = fab.peer[lp]
+        tx_frozen = flagged[lp] | np.where(peer >= 0, flagged[np.maximum(peer, 0)], False)
         st.base["rx"].update(f.rx, alpha, flagged[lp])
-        st.base["tx"].update(f.tx, alpha, flagged[lp])
-        st.base["bias"].update(f.bias, alpha, flagged[lp])
+        st.base["tx"].update(f.tx, alpha, tx_frozen)
+        st.base["bias"].update(f.bias, alpha, tx_frozen)
         no_flap = ~(np.nan_to_num(f.flaps, nan=0.0) > 0)
         st.base["logber"].update(np.where(no_flap, f.log_ber, np.nan), alpha, flagged)
         st.base["temp"].update(f.temp, alpha, flagged)

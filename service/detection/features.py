@@ -81,7 +81,7 @@ class Features:
     # link state
     flaps: np.ndarray
     flap_peak: np.ndarray
-    flap_peak_rate10: np.ndarray   # the worst step's flaps per 10 s
+    flap_peak_rate: np.ndarray     # the worst step's flaps per storm window (Config.flap_storm_window_s)
     recoveries: np.ndarray
     # congestion and flow control
     tx_pause_duty: np.ndarray
@@ -178,7 +178,8 @@ def compute(st: FeatureState, at_ms: int) -> Features:
 
         fl = c["port_link_down_events_total"]
         flaps = np.where(fl.acc_ms > 0, fl.acc, np.nan)
-        flap_peak_rate10 = np.where(fl.peak_ms > 0, fl.peak / np.maximum(fl.peak_ms / 1000.0, 10.0) * 10.0, 0.0)
+        win = st.cfg.flap_storm_window_s
+        flap_peak_rate = np.where(fl.peak_ms > 0, fl.peak / np.maximum(fl.peak_ms / 1000.0, win) * win, 0.0)
         rec = c["port_link_error_recovery_total"]
         recoveries = np.where(rec.acc_ms > 0, rec.acc, np.nan)
 
@@ -214,7 +215,7 @@ def compute(st: FeatureState, at_ms: int) -> Features:
         log_ber=np.where(np.isfinite(ber), log_ber, np.nan), ber_margin_dec=np.where(np.isfinite(ber), ber_margin,
                                                                                       np.nan),
         log_ber_delta=np.where(np.isfinite(ber), log_ber_delta, np.nan), post_fec=post_fec,
-        flaps=flaps, flap_peak=fl.peak.copy(), flap_peak_rate10=flap_peak_rate10, recoveries=recoveries,
+        flaps=flaps, flap_peak=fl.peak.copy(), flap_peak_rate=flap_peak_rate, recoveries=recoveries,
         tx_pause_duty=tx_pause_duty, rx_pause_duty=rx_pause_duty, storm_events=storm, rx_util=rx_util,
         ecn_frac=ecn_frac, cnp_rate=cnp_rate, pcie_width=g["gpu_pcie_link_width"].last.copy(),
         pcie_gen=g["gpu_pcie_link_generation"].last.copy(),

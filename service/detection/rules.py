@@ -19,6 +19,7 @@ from service.detection.state import FeatureState
 @dataclass
 class Conditions:
     raw: dict[str, np.ndarray] = field(default_factory=dict)     # kind -> (P,) bool
+    now: dict[str, np.ndarray] = field(default_factory=dict)     # kind -> (P,) bool: fire without k of n
     score: dict[str, np.ndarray] = field(default_factory=dict)   # kind -> (P,) float
     lane_deg: np.ndarray | None = None                           # (L,) bool: degraded optical lanes
     optics_ok: np.ndarray | None = None
@@ -59,15 +60,17 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
         out.raw["dom_threshold"] = _t(dom) & optics_ok & (f.oper_up != 0)
         out.score["dom_threshold"] = np.nan_to_num(f.temp - th["temp_ha"], nan=0.0)
 
-        # post-FEC: any uncorrectable codeword or symbol error (F10); unknown steps add nothing
+        # post-FEC: any uncorrectable codeword or symbol error (F10); unknown steps add nothing. Two
+        # intervals in a row confirm a trickle; a burst this large across no flap is traffic lost now
         pf = _t(f.post_fec > 0)
         out.raw["post_fec_errors"] = pf
+        out.now["post_fec_errors"] = _t(f.post_fec >= cfg.post_fec_burst) & ~_t(f.flaps > 0)
         out.score["post_fec_errors"] = np.log10(np.nan_to_num(f.post_fec, nan=0.0) + 1)
 
-        # flap storm: >= 5 flaps in ~10 s (F31); an isolated flap never qualifies
-        storm = (f.flap_peak >= cfg.flap_storm_count) & (f.flap_peak_rate10 >= cfg.flap_storm_count)
+        # flap storm: >= 5 flaps within one storm window (F31); an isolated flap never qualifies
+        storm = (f.flap_peak >= cfg.flap_storm_count) & (f.flap_peak_rate >= cfg.flap_storm_count)
         out.raw["flap_storm"] = storm
-        out.score["flap_storm"] = f.flap_peak_rate10
+        out.score["flap_storm"] = f.flap_peak_rate
 
         # pre-FEC BER close to the FEC limit, or well above its own baseline; not across a flap
         no_flap = ~_t(f.flaps > 0)
@@ -76,10 +79,13 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
         out.score["ber_degradation"] = np.nan_to_num(np.fmax(f.log_ber_delta, cfg.ber_margin_dec - f.ber_margin_dec),
                                                      nan=0.0)
 
-        # loose module: repeated recoveries/error bursts (decayed), not a storm, powers normal
+        # loose module: link recoveries with error bursts (decayed penalties), not a storm, powers normal.
+        # One burst of several recoveries, or recoveries with a BER burst and a flap, opens it; it stays
+        # open while the decayed penalty holds, so each later burst does not open a new alert
         pen = st.penalty
-        loose = ((pen["recovery"] + pen["burst"]) >= 2) & ((pen["recovery"] + pen["burst"] + pen["flap"]) >= 3)
-        loose &= ~storm & ~optical
+        total = pen["recovery"] + pen["burst"] + pen["flap"]
+        trigger = ((pen["recovery"] + pen["burst"]) >= 2) & (total >= 3)
+        loose = (trigger | (st.latched["loose_module"] & (total >= cfg.loose_hold_penalty))) & ~storm & ~optical
         out.raw["loose_module"] = loose
         out.score["loose_module"] = pen["recovery"] + pen["burst"] + pen["flap"]
 

@@ -303,7 +303,10 @@ class Config:
     decay_half_life_ms: int = 3_600_000   # flap/burst penalty half-life (loose-module memory)
     # layer 0
     flap_storm_count: int = 5             # >= 5 flaps ...
-    flap_storm_window_s: float = 10.0     # ... per 10 s (detection.md F31)
+    flap_storm_window_s: float = 75.0     # ... within one counter step this short: F31 says 10 s, which needs
+    #                                       10 s polling; 75 s is one 60 s SNMP poll plus jitter
+    loose_hold_penalty: float = 1.5       # a loose-module finding stays while its decayed penalty is this high
+    post_fec_burst: float = 100.0         # post-FEC errors in one cycle that fire without a second interval
     pause_storm_duty: float = 0.9         # tx pause duty (F24/F25 use 0.99 per 100-200 ms; 0.9 per poll)
     pause_storm_rx_util: float = 0.05
     rx_drop_db: float = 1.5               # rx below its own baseline by this much = degraded

@@ -34,6 +34,74 @@ def test_post_fec_errors_fire_after_two_intervals() -> None:
     assert f[0].severity is Severity.PAGE and f[0].cause is Cause.POST_FEC and f[0].physical
 
 
+def test_post_fec_burst_fires_on_its_first_interval_unless_the_link_flapped() -> None:
+    d = Driver()
+    warm(d)
+    p = d.port("h1", "eth2")
+    burst = np.zeros(d.fab.P)
+    burst[p] = d.st.cfg.post_fec_burst * 3
+    f = firing(d.run(1, inc={"port_fec_uncorrectable_codewords_total": burst}), "post_fec_errors")
+    assert [(x.device, x.port, x.cause) for x in f] == [("h1", "eth2", Cause.POST_FEC)]
+    q = d.port("h2", "eth1")
+    burst = np.zeros(d.fab.P)
+    burst[q] = d.st.cfg.post_fec_burst * 3
+    flap = np.zeros(d.fab.P)
+    flap[[q, d.fab.peer[q]]] = 1
+    out = d.run(1, inc={"port_fec_uncorrectable_codewords_total": burst, "port_link_down_events_total": flap})
+    assert not [x for x in firing(out, "post_fec_errors") if x.port == "eth1"]  # errors across a flap: wait
+
+
+def test_post_fec_on_degraded_optics_names_the_optical_cause() -> None:
+    d = Driver()
+    warm(d, 30)
+    p = d.port("leaf", "Ethernet1/7")
+    rx = d.rx.copy()
+    rx[d.fab.lane_off[p] + 1] -= 4.0
+    burst = np.zeros(d.fab.P)
+    burst[p] = d.st.cfg.post_fec_burst * 3
+    out = d.run(1, rx=rx, inc={"port_fec_uncorrectable_codewords_total": burst})
+    f = [x for x in firing(out) if x.port == "Ethernet1/7"]
+    assert [(x.kind, x.cause, x.severity) for x in f] == [
+        ("optical_degradation", Cause.CONTAMINATION, Severity.PAGE)]
+
+
+def test_flap_storm_at_60s_polling_is_five_flaps_in_one_poll() -> None:
+    d = Driver()
+    warm(d, 10)
+    p = d.port("leaf", "Ethernet1/3")
+    link = np.zeros(d.fab.P)
+    link[[p, d.fab.peer[p]]] = 1
+    out = d.run(1, inc={"port_link_down_events_total": link * 4}) + d.run(5)
+    assert firing(out) == []  # four flaps in a minute: bad, but not a storm
+    f = firing(d.run(1, inc={"port_link_down_events_total": link * 5}), "flap_storm")
+    assert len(f) == 1 and {f[0].device, f[0].peer_device} == {"leaf", "h0"}
+    assert "5 flaps in one poll step" in f[0].summary
+
+
+def test_loose_module_burst_opens_one_finding_that_holds_across_bursts() -> None:
+    d = Driver()
+    warm(d, 30)
+    p = d.port("h3", "eth1")
+    rec = np.zeros(d.fab.P)
+    rec[p] = 3
+    ber = np.zeros(d.fab.P)
+    ber[p] = 400e9 * 60 * 1e-8 * 300  # pre-FEC BER up 2.5 decades in that poll
+    burst = {"port_link_error_recovery_total": rec, "port_fec_corrected_bits_total": ber}
+    f = firing(d.run(1, inc=burst), "loose_module")
+    assert [(x.device, x.port, x.cause, x.action) for x in f] == [
+        ("h3", "eth1", Cause.LOOSE_MODULE, Action.RESEAT)]
+    quiet = d.run(15)
+    assert {x.fingerprint for x in firing(quiet)} == {f[0].fingerprint}  # held, not re-opened
+    again = d.run(1, inc=burst)
+    assert {x.fingerprint for x in firing(again)} == {f[0].fingerprint}
+    assert len(firing(d.run(1), "loose_module")) == 1
+    # the penalty decays (half-life 1 h): the finding ends on its own
+    assert firing(d.run(200), "loose_module")[-1].at_ms < d.t
+    one = np.zeros(d.fab.P)
+    one[d.port("h0", "eth0")] = 1  # a single link recovery on a healthy link: nothing
+    assert firing(d.run(1, inc={"port_link_error_recovery_total": one})) == []
+
+
 def test_flap_storm_versus_isolated_flaps() -> None:
     d = Driver(step_ms=10_000)
     warm(d, 10)
