@@ -1,10 +1,9 @@
-"""SNMPv2c GETBULK over asyncio UDP: pysnmp encodes each request, snmp_ber decodes each response.
+"""SNMPv2c GETBULK over asyncio UDP, with the request encoder and response decoder of snmp_ber.
 
 Why not pysnmp's engine for v2c: its receive path decodes every response with pyasn1 into
-typed objects (~100 µs a varbind) and a fresh engine costs ~60 ms of CPU. v2c has no
-security processing, so the request is a pysnmp-built message sent on one connected UDP
-socket per poll, and the response is read by the strict decoder in snmp_ber. SNMPv3
-stays entirely on pysnmp (collectors/snmp.py).
+typed objects (~100 µs a varbind), encoding one request costs ~400 µs, and a fresh engine
+costs ~60 ms of CPU. v2c has no security processing, so each request is one message on a
+connected UDP socket per poll. SNMPv3 stays entirely on pysnmp (collectors/snmp.py).
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from collectors.snmp_ber import BerError, V2cResponse, decode_response
+from collectors.snmp_ber import BerError, V2cResponse, decode_response, encode_getbulk
 from collectors.snmp_oids import Oid
 
 # Request ids: one process-wide sequence from a random start, so a late answer to an
@@ -29,24 +28,6 @@ class V2cTimeout(Exception):
 
 class V2cUnreachable(Exception):
     """The host reported the port unreachable (ICMP), or the socket failed."""
-
-
-def encode_getbulk(community: bytes | str, request_id: int, max_repetitions: int, columns: Sequence[Oid]) -> bytes:
-    """A v2c GetBulkRequest message, built and BER-encoded by pysnmp."""
-    from pyasn1.codec.ber import encoder
-    from pysnmp.proto.api import v2c
-
-    pdu = v2c.GetBulkRequestPDU()
-    v2c.apiBulkPDU.set_defaults(pdu)
-    v2c.apiBulkPDU.set_request_id(pdu, request_id)
-    v2c.apiBulkPDU.set_non_repeaters(pdu, 0)
-    v2c.apiBulkPDU.set_max_repetitions(pdu, max_repetitions)
-    v2c.apiBulkPDU.set_varbinds(pdu, [(c, v2c.null) for c in columns])
-    msg = v2c.Message()
-    v2c.apiMessage.set_defaults(msg)
-    v2c.apiMessage.set_community(msg, community.encode() if isinstance(community, str) else community)
-    v2c.apiMessage.set_pdu(msg, pdu)
-    return bytes(encoder.encode(msg))
 
 
 class _Protocol(asyncio.DatagramProtocol):
@@ -107,4 +88,4 @@ class V2cSession:
         raise V2cTimeout()
 
 
-__all__ = ["BerError", "V2cSession", "V2cTimeout", "V2cUnreachable", "encode_getbulk"]
+__all__ = ["BerError", "V2cSession", "V2cTimeout", "V2cUnreachable"]
