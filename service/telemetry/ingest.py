@@ -140,6 +140,41 @@ class _Outcome:
     label: str = ""
 
 
+class _KnownSeries:
+    """Series ids this process has resolved before, per database: collectors and pushes repeat the
+    same series every poll. A hit is only a hint: `_Resolver` checks that the id still exists (a
+    device or port leaving the inventory deletes its series) with one index probe per round,
+    instead of staging the keys and joining them against `series`."""
+
+    LIMIT = 1_000_000
+
+    def __init__(self) -> None:
+        self._by_db: dict[str, dict[SeriesKey, int]] = {}
+
+    def of(self, database: str) -> dict[SeriesKey, int]:
+        ids = self._by_db.get(database)
+        if ids is None:
+            if len(self._by_db) >= 8:  # tests and tools that switch databases
+                self._by_db.clear()
+            ids = self._by_db[database] = {}
+        return ids
+
+
+
+_KNOWN = _KnownSeries()
+
+# Pure functions of the text, kept process-wide because pushes repeat the same series every poll:
+# keys that pass the catalogue check (`Ingestor._check`), and exposition text -> such a key.
+_VALID: dict[SeriesKey, SeriesKey] = {}
+_VALID_KEYS: dict[str, SeriesKey] = {}
+
+
+def _remember(cache: dict[Any, Any], k: Any, v: Any) -> None:
+    if len(cache) >= _KnownSeries.LIMIT:
+        cache.clear()
+    cache[k] = v
+
+
 class _Resolver:
     """Looks up devices and ports and creates series, in bulk. Only ever runs on one thread
     at a time (the worker, or the caller while no worker is busy)."""
@@ -148,9 +183,25 @@ class _Resolver:
         self.raw = raw
         self._devices: dict[str, int] | None = None
         self._ports: dict[int, dict[str, int]] = {}
+        info = raw.info
+        self._known = _KNOWN.of(f"{info.host}:{info.port}/{info.dbname}")
 
     def resolve(self, wanted: list[tuple[SeriesKey, int | None, bool]]) -> list[_Outcome]:
         """Outcomes for (key, counter_bits, saturating), in order; creates missing series."""
+        known = self._known
+        hints = [known.get(k) for k, _, _ in wanted]
+        hinted = [sid for sid in hints if sid is not None]
+        if hinted:
+            with self.raw.cursor() as cur:
+                alive = {r[0] for r in cur.execute("SELECT id FROM series WHERE id = ANY(%s)", [hinted])}
+            if len(alive) == len(hints):  # every key known and alive: the steady state of a poller
+                return [_Outcome(sid) for sid in hinted]  # type: ignore[arg-type]
+            rest = [w for w, sid in zip(wanted, hints, strict=True) if sid is None or sid not in alive]
+            found = iter(self._resolve(rest))
+            return [_Outcome(sid) if sid is not None and sid in alive else next(found) for sid in hints]
+        return self._resolve(wanted)
+
+    def _resolve(self, wanted: list[tuple[SeriesKey, int | None, bool]]) -> list[_Outcome]:
         with self.raw.cursor() as cur:
             if self._devices is None:
                 self._devices = dict(cur.execute("SELECT name, id FROM devices").fetchall())
@@ -178,6 +229,8 @@ class _Resolver:
             if to_create:
                 for row, (sid, created) in zip(to_create, self._create(cur, to_create), strict=True):
                     outcomes[row[-1]] = _Outcome(sid, created=created)
+                    if not created:  # committed by someone; ours may still roll back
+                        _remember(self._known, wanted[row[-1]][0], sid)
         return [o for o in outcomes if o is not None]
 
 
@@ -307,6 +360,8 @@ class Ingestor:
     def _text_slot(self, series: str, parsed: tuple[str, tuple[tuple[str, str], ...]], lineno: int) -> _Slot | None:
         """The slot for a `name{labels}` text; None (and counted) if a label is not an integer."""
         slot = self._by_text.get(series) if series else None
+        if slot is None and (key := _VALID_KEYS.get(series)) is not None:
+            slot = self._by_text[series] = self._by_key.get(key) or self._new_slot(key)
         if slot is None:
             name, label_pairs = parsed
             labels = dict(label_pairs)
@@ -320,6 +375,8 @@ class Ingestor:
             slot = self._by_key.get(key) or self._new_slot(key)
             if series:
                 self._by_text[series] = slot
+                if key in _VALID:
+                    _remember(_VALID_KEYS, series, key)
         return slot
 
     def _add(self, slot: _Slot, ts_ms: int, value: float) -> None:
@@ -376,7 +433,11 @@ class Ingestor:
         slot = _Slot(key, len(self._slots))
         self._slots.append(slot)
         self._by_key[key] = slot
-        rejection = self._check(key)
+        rejection = None
+        if key not in _VALID:
+            rejection = self._check(key)
+            if rejection is None:
+                _remember(_VALID, key, key)
         if rejection is not None:
             slot.sid, slot.rejection = _REJECTED, rejection
         else:

@@ -3,7 +3,8 @@
 The parser accepts what VictoriaMetrics' /api/v1/import/prometheus accepts: comment and
 TYPE/HELP lines, `name{labels} value [timestamp_ms]`, NaN and +/-Inf values. It caches
 the parsed `name{labels}` prefix because import files repeat each series at many
-timestamps; that cache is what keeps a million lines cheap.
+timestamps; that cache is what keeps a million lines cheap. Parsed prefixes are also kept
+process-wide, because pushes repeat the same series every poll.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ _ESCAPE_RE = re.compile(r"\\[\\\"n]")
 _SPECIAL_VALUES = {"NaN": math.nan, "+Inf": math.inf, "Inf": math.inf, "-Inf": -math.inf}
 MAX_LINE_BYTES = 64 * 1024
 _CACHE_LIMIT = 1_000_000
+# `name{labels}` text -> (name, labels), shared by every stream of this process (pure syntax)
+_PARSED: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
 
 
 class PromParseError(ValueError):
@@ -109,16 +112,21 @@ PromSample = tuple[str, ParsedSeries, float, int | None, int]
 def iter_samples(lines: Iterable[str], source: str = "body") -> Iterator[PromSample]:
     """Yield one PromSample per sample line; raise PromParseError at the first bad line.
 
-    The common shape `name{labels} value [ts]` of an already-seen series takes one rsplit and
-    the number conversions. It is only taken when its result is the one the full parser
-    gives: the series text is a cached, valid one (a cut inside a quoted label value is
-    never valid), the value and timestamp convert, and the line is not over-long. Anything
-    else goes through `_parse_line`, which also produces the precise error.
+    The common shape `name{labels} value [ts]` of an already-seen series (in this stream or,
+    through `_PARSED`, in this process) takes one rsplit and the number conversions. It is
+    only taken when its result is the one the full parser gives: the series text is a
+    cached, valid one (a cut inside a quoted label value is never valid), the value and
+    timestamp convert, and the line is not over-long. Anything else goes through
+    `_parse_line`, which also produces the precise error.
     """
     cache: dict[str, ParsedSeries] = {}
     for lineno, raw in enumerate(lines, 1):
         parts = raw.rsplit(" ", 2)
         parsed = cache.get(parts[0])
+        if parsed is None and len(cache) < _CACHE_LIMIT:
+            known = _PARSED.get(parts[0])
+            if known is not None:
+                parsed = cache[parts[0]] = ParsedSeries(*known)
         if parsed is not None and len(raw) <= MAX_LINE_BYTES:
             try:
                 value = float(parts[1])
@@ -152,10 +160,16 @@ def _parse_line(raw: str, lineno: int, source: str, cache: dict[str, ParsedSerie
         series, rest = line[:space], line[space:]
     parsed = cache.get(series)
     if parsed is None:
-        try:
-            parsed = ParsedSeries(*_parse_series(series))
-        except ValueError as exc:
-            raise PromParseError(lineno, str(exc), source) from None
+        known = _PARSED.get(series)
+        if known is None:
+            try:
+                known = _parse_series(series)
+            except ValueError as exc:
+                raise PromParseError(lineno, str(exc), source) from None
+            if len(_PARSED) >= _CACHE_LIMIT:
+                _PARSED.clear()
+            _PARSED[series] = known
+        parsed = ParsedSeries(*known)
         if len(cache) < _CACHE_LIMIT:
             cache[series] = parsed
     parts = rest.split()

@@ -206,3 +206,33 @@ def test_fast_path_parses_like_the_full_parser() -> None:
     for _ in range(3000):
         ls = [rng.choice(lines) for _ in range(6)]
         assert run(True, ls) == run(False, ls), ls
+
+
+def test_pushes_follow_the_inventory_after_a_device_is_removed_and_added_again(client: TestClient,
+                                                                                 db: Engine) -> None:
+    """Series ids are cached per process between pushes; a cached id whose series was deleted is not used."""
+    (host,) = add_hosts(db, 1, ports=2, prefix="cache")
+
+    def push(t: int) -> dict:
+        body = "\n".join(f'port_rx_bytes_total{{device="{host}",port="eth{p}"}} {1000 * t} {T0 + t * STEP}'
+                         for p in range(2))
+        r = client.post("/api/v1/import/prometheus", content=body)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def stored() -> dict[int, int]:
+        with db.connect() as conn:
+            return dict(conn.execute(text(
+                "SELECT s.id, count(x.ts) FROM series s JOIN devices d ON d.id = s.device_id "
+                "LEFT JOIN samples x ON x.series_id = s.id WHERE d.name = :h GROUP BY s.id"), {"h": host}).all())
+
+    assert push(1)["written"] == 2 and push(2)["written"] == 2  # the second push resolves from the cache
+    before = stored()
+    assert sorted(before.values()) == [2, 2]
+    with db.begin() as conn:  # the device leaves the inventory (its series cascade), then comes back
+        conn.execute(text("DELETE FROM devices WHERE name = :h"), {"h": host})
+    assert push(3)["unknown_devices"] == {host: 2}  # rejections are never cached
+    add_hosts(db, 1, ports=2, prefix="cache")
+    assert push(4)["written"] == 2
+    after = stored()
+    assert sorted(after.values()) == [1, 1] and not set(after) & set(before)  # new series, rows under them
