@@ -37,7 +37,7 @@ from sqlalchemy import Connection, text
 
 from service.telemetry import catalogue
 from service.telemetry.partitions import ensure_partitions
-from service.telemetry.promtext import PromLine, PromSample
+from service.telemetry.promtext import SHARED_CACHE_LIMIT, PromLine, PromSample
 from service.telemetry.samples import Sample
 
 # (metric, device, port, lane, priority, gpu)
@@ -146,8 +146,6 @@ class _KnownSeries:
     device or port leaving the inventory deletes its series) with one index probe per round,
     instead of staging the keys and joining them against `series`."""
 
-    LIMIT = 1_000_000
-
     def __init__(self) -> None:
         self._by_db: dict[str, dict[SeriesKey, int]] = {}
 
@@ -160,7 +158,6 @@ class _KnownSeries:
         return ids
 
 
-
 _KNOWN = _KnownSeries()
 
 # Pure functions of the text, kept process-wide because pushes repeat the same series every poll:
@@ -170,7 +167,7 @@ _VALID_KEYS: dict[str, SeriesKey] = {}
 
 
 def _remember(cache: dict[Any, Any], k: Any, v: Any) -> None:
-    if len(cache) >= _KnownSeries.LIMIT:
+    if len(cache) >= SHARED_CACHE_LIMIT:
         cache.clear()
     cache[k] = v
 
