@@ -360,3 +360,22 @@ def test_observe_is_independent_of_batching() -> None:
     for f in ("last", "acc", "acc_ms", "peak"):
         assert np.array_equal(getattr(a.counters[m], f), getattr(b.counters[m], f), equal_nan=True)
     assert a.counters[m].acc[0] == 2 + 2  # +2, then a reset counted from zero (+2)
+
+
+def test_slow_peer_tx_decline_stays_a_transmitter_fault_while_the_alert_is_open() -> None:
+    d = Driver()
+    warm(d, 30)
+    p = d.port("leaf", "Ethernet1/8")
+    q = int(d.fab.peer[p])
+    lanes_p = np.arange(d.fab.lane_off[p], d.fab.lane_off[p + 1])
+    lanes_q = np.arange(d.fab.lane_off[q], d.fab.lane_off[q + 1])
+    rx = d.rx.copy()
+    out = []
+    for _ in range(60):  # the far laser fades 3 dB; the receiver sees the same loss
+        d.tx[lanes_q] -= 0.05
+        rx[lanes_p] -= 0.05
+        out += d.run(1, rx=rx)
+    out += d.run(400, rx=rx)  # then stays down for hours while the alert is open
+    f = [x for x in firing(out, "optical_degradation") if x.peer_port == "Ethernet1/8" or x.port == "Ethernet1/8"]
+    assert f and {x.cause for x in f[-50:]} == {Cause.TX_WEAROUT}
+    assert (f[-1].device, f[-1].port, f[-1].end) == (d.fab.dev_names[d.fab.dev[q]], d.fab.port_names[q], "peer")
