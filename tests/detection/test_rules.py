@@ -15,6 +15,13 @@ def warm(d: Driver, n: int = 20) -> list:
     return d.run(n)
 
 
+def link_lanes(d: Driver, dev: str, port: str) -> tuple[int, np.ndarray, np.ndarray]:
+    """The far end of dev:port, and the lane indices of both ends."""
+    p = d.port(dev, port)
+    q = int(d.fab.peer[p])
+    return q, np.arange(d.fab.lane_off[p], d.fab.lane_off[p + 1]), np.arange(d.fab.lane_off[q], d.fab.lane_off[q + 1])
+
+
 def test_healthy_fabric_raises_nothing() -> None:
     d = Driver()
     assert d.run(60) == []
@@ -178,10 +185,7 @@ def test_contamination_step_on_one_lane_local_end() -> None:
 def test_peer_transmitter_fault_points_at_the_peer() -> None:
     d = Driver()
     warm(d, 30)
-    p = d.port("leaf", "Ethernet1/6")
-    q = int(d.fab.peer[p])
-    lanes_p = np.arange(d.fab.lane_off[p], d.fab.lane_off[p + 1])
-    lanes_q = np.arange(d.fab.lane_off[q], d.fab.lane_off[q + 1])
+    q, lanes_p, lanes_q = link_lanes(d, "leaf", "Ethernet1/6")
     d.tx[lanes_q] -= 2.5
     rx = d.rx.copy()
     rx[lanes_p] -= 2.5
@@ -365,10 +369,7 @@ def test_observe_is_independent_of_batching() -> None:
 def test_slow_peer_tx_decline_stays_a_transmitter_fault_while_the_alert_is_open() -> None:
     d = Driver()
     warm(d, 30)
-    p = d.port("leaf", "Ethernet1/8")
-    q = int(d.fab.peer[p])
-    lanes_p = np.arange(d.fab.lane_off[p], d.fab.lane_off[p + 1])
-    lanes_q = np.arange(d.fab.lane_off[q], d.fab.lane_off[q + 1])
+    q, lanes_p, lanes_q = link_lanes(d, "leaf", "Ethernet1/8")
     rx = d.rx.copy()
     out = []
     for _ in range(60):  # the far laser fades 3 dB; the receiver sees the same loss
