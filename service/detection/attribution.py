@@ -95,6 +95,9 @@ def shared_devices(st: FeatureState, raw: dict[str, np.ndarray], f: Features) ->
     """Devices where >= shared_frac of linked ports show a physical condition now (E4).
 
     Counts raw conditions, plus any flap in the window: a line card drops all its ports at once.
+    The far ends of those ports see the same flaps, so a port whose link ends on a device with
+    more hit ports that qualifies (or already holds a shared finding) is explained there, and a
+    host cabled to a failing line card is not a second shared component.
     Returns (device raw mask (D,), port member mask (P,)).
     """
     fab, cfg = st.fabric, st.cfg
@@ -105,11 +108,21 @@ def shared_devices(st: FeatureState, raw: dict[str, np.ndarray], f: Features) ->
             hit |= raw[k]
     hit |= np.nan_to_num(f.flaps, nan=0.0) > 0
     linked = fab.peer >= 0
+    hit &= linked
     n_ports = np.bincount(fab.dev, weights=linked, minlength=D)
-    n_hit = np.bincount(fab.dev, weights=hit & linked, minlength=D)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        frac = np.where(n_ports > 0, n_hit / n_ports, 0.0)
-    dev_raw = (frac >= cfg.shared_frac) & (n_hit >= cfg.shared_min_ports)
+
+    def qualify(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n = np.bincount(fab.dev, weights=h, minlength=D)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            frac = np.where(n_ports > 0, n / n_ports, 0.0)
+        return (frac >= cfg.shared_frac) & (n >= cfg.shared_min_ports), n
+
+    dev_raw, n_hit = qualify(hit)
+    far = fab.dev[np.maximum(fab.peer, 0)]
+    explained = hit & (dev_raw[far] | st.dev_latched[far]) & (n_hit[far] > n_hit[fab.dev]) & (far != fab.dev)
+    if explained.any():
+        hit &= ~explained
+        dev_raw, _ = qualify(hit)
     return dev_raw, hit & dev_raw[fab.dev]
 
 

@@ -262,6 +262,22 @@ def test_shared_component_is_one_device_finding() -> None:
     assert not [f for f in out if f.kind != "shared_component" and f.device == "leaf"]
 
 
+def test_hosts_cabled_to_a_failing_line_card_are_not_shared_components() -> None:
+    d = Driver()
+    warm(d)
+    leaf = np.flatnonzero(d.fab.dev == d.fab.dev_names.index("leaf"))
+    bad = leaf[: int(len(leaf) * 0.5)]  # the line card: h0's and h1's four links each
+    corr = np.zeros(d.fab.P)
+    corr[bad] = 400e9 * 60 * 1e-5
+    flaps = np.zeros(d.fab.P)
+    flaps[bad[:6]] = 1  # six line-card links flap in two polls, all four of h0's: both ends count it
+    flaps[d.fab.peer[bad[:6]]] = 1
+    out = d.run(3, inc={"port_fec_corrected_bits_total": corr})
+    out += d.run(2, inc={"port_fec_corrected_bits_total": corr, "port_link_down_events_total": flaps})
+    out += d.run(3, inc={"port_fec_corrected_bits_total": corr})
+    assert {f.device for f in firing(out, "shared_component")} == {"leaf"}
+
+
 def test_rx_trend_gives_time_to_threshold() -> None:
     cfg = Config()
     d = Driver(step_ms=3_600_000, config=cfg)
