@@ -11,9 +11,9 @@ n (the leave condition). Attribution follows the signature tables F19/F22/F30:
 | rx down, far tx normal, stable                          | CONTAMINATION    | local     | clean           |
 | bias rising at the transmitter (own DOM)                | TX_WEAROUT       | local     | replace local   |
 | recoveries / error bursts / flaps, powers normal        | LOOSE_MODULE     | local     | reseat          |
-| >= 5 flaps per 10 s                                      | FLAP_STORM       | link      | disable port    |
+| >= 5 flaps within one poll step (<= 75 s)               | FLAP_STORM       | link      | disable port    |
 | >= 30 % of one device's ports at once                   | SHARED_COMPONENT | device    | escalate device |
-| uncorrectable codewords / symbol errors                 | POST_FEC         | local     | replace cable/module |
+| uncorrectable codewords / symbol errors, optics normal  | POST_FEC         | local     | replace cable/module |
 | stall counters or ~100 % tx pause with rx ~0 (host)     | NIC_PAUSE_STORM  | host      | drain host      |
 | PCIe width/gen drop (host)                              | HOST_SIDE        | host      | drain host      |
 | ECN/pause without storm, BER unchanged                  | CONGESTION       | -         | review capacity |
