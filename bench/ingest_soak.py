@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -188,6 +189,7 @@ class PushStats:
     written: int = 0
     pushes: int = 0
     errors: int = 0
+    error_kinds: Counter[str] = field(default_factory=Counter)
     latencies: list[float] = field(default_factory=list)
     max_lag_s: float = 0.0
     intervals: int = 0
@@ -208,8 +210,12 @@ async def push_loop(base: str, devices: list[tuple[str, str, int]], stop_at: flo
                     r = await client.post("/api/v1/import/prometheus", content=body)
                     r.raise_for_status()
                     stats.written += r.json()["written"]
-                except httpx.HTTPError:
+                except httpx.HTTPStatusError as exc:
                     stats.errors += 1
+                    stats.error_kinds[f"HTTP {exc.response.status_code}: {exc.response.text[:120]}"] += 1
+                except httpx.HTTPError as exc:
+                    stats.errors += 1
+                    stats.error_kinds[f"{type(exc).__name__}: {str(exc)[:120]}"] += 1
                 stats.latencies.append(time.perf_counter() - t0)
                 stats.pushes += 1
 
@@ -296,6 +302,8 @@ def main() -> None:
         print(f"achieved       : {rate:,.0f} samples/s of {target:,.0f} target ({rate / target:.1%}); "
               f"{stats.written:,} written in {wall:.0f} s, {stats.pushes} pushes, {stats.errors} errors, "
               f"{rows:,} rows stored")
+        for kind, n in stats.error_kinds.most_common():
+            print(f"push error     : {n} x {kind}")
         print(f"push latency   : p50 {lat[len(lat) // 2] * 1000:.0f} ms, p99 {lat[int(len(lat) * 0.99)] * 1000:.0f} ms,"
               f" max schedule lag {stats.max_lag_s:.1f} s")
         print(f"API (ingest)   : {api_cpu.seconds() / wall:.2f} cores, peak private RSS {api_cpu.rss_mib():.0f} MiB "
