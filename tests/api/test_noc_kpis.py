@@ -5,10 +5,7 @@ heatmaps, the recovery table and the NCCL chart must show the seeded values."""
 from __future__ import annotations
 
 import html
-import os
 import re
-import shutil
-import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +18,8 @@ from sqlalchemy import Engine
 from service.auth.service import create_token
 from service.config import load_settings
 from tests import live_api as live
+from tests.api import chromium
+from tests.api.chromium import needs_chromium
 from tests.api.fabric_seed import (
     INCIDENT_SCRIPT,
     NCCL_SLOW_FROM,
@@ -31,9 +30,6 @@ from tests.api.fabric_seed import (
     seed_incident_timeline,
     seed_nccl_runs,
 )
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img" / "noc-kpis.png"
 
 
 @pytest.fixture(scope="module")
@@ -51,16 +47,6 @@ def live_url(seeded: dict[str, Any], db_url: str, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(live, "create_app", make_app)
     with live.live_api(load_settings(database_url=db_url, auth_required=True)) as base:
         yield base
-
-
-def _chromium(url: str, tmp: Path, *mode: str) -> str:
-    out = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp / 'profile'}",
-         "--window-size=1400,900", "--hide-scrollbars", "--virtual-time-budget=8000", *mode, url],
-        capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout
 
 
 def _api(db_url: str, path: str, **params: Any) -> Any:
@@ -92,7 +78,7 @@ def test_kpi_apis_hold_the_seeded_story(seeded: dict[str, Any], db_url: str) -> 
         {s["size_bytes"] for s in cmp["sizes"] if s["size_bytes"] >= NCCL_SLOW_FROM}
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs the Debian 'chromium' package")
+@needs_chromium
 def test_chromium_renders_heatmap_recovery_and_nccl(live_url: str, engine: Engine, seeded: dict[str, Any],
                                                      db_url: str, tmp_path: Path) -> None:
     fabric: Seeded = seeded["fabric"]
@@ -100,7 +86,7 @@ def test_chromium_renders_heatmap_recovery_and_nccl(live_url: str, engine: Engin
     with engine.begin() as conn:
         token = create_token(conn, name="noc-kpis", scopes=["read"])
     url = f"{live_url}/?token={token}#kpis"
-    dom = _chromium(url, tmp_path, "--dump-dom")
+    dom = chromium.run(url, tmp_path, "--dump-dom", "--hide-scrollbars", budget_ms=8000)
     assert 'data-kpis-loaded="1"' in dom
 
     # Heatmaps: one cell per leaf and metric, holding what /kpis?scope=leaf says for the page's window
@@ -145,15 +131,10 @@ def test_chromium_renders_heatmap_recovery_and_nccl(live_url: str, engine: Engin
     assert len(re.findall(r'class="pt baseline"', dom)) == 32
     assert 'data-verdict="bad"' in dom and "REGRESSED" in dom and "-22.0%" in dom
 
-    shot = tmp_path / "noc-kpis.png"
-    _chromium(url, tmp_path, f"--screenshot={shot}")
-    assert shot.stat().st_size > 20_000
-    if os.environ.get("FABRICWATCH_UPDATE_DOCS_IMG"):
-        DOCS_IMG.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shot, DOCS_IMG)
+    chromium.screenshot(url, tmp_path, "noc-kpis.png", "--hide-scrollbars", budget_ms=8000)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs the Debian 'chromium' package")
+@needs_chromium
 def test_kpi_view_without_nccl_runs_or_incidents(engine: Engine, db_url: str, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A fabric with telemetry but no NCCL runs and no incidents: the panels say so instead of failing."""
@@ -162,7 +143,7 @@ def test_kpi_view_without_nccl_runs_or_incidents(engine: Engine, db_url: str, tm
     with engine.begin() as conn:
         token = create_token(conn, name="noc-kpis-empty", scopes=["read"])
     with live.live_api(load_settings(database_url=db_url, auth_required=True)) as base:
-        dom = _chromium(f"{base}/?token={token}#kpis", tmp_path, "--dump-dom")
+        dom = chromium.run(f"{base}/?token={token}#kpis", tmp_path, "--dump-dom", "--hide-scrollbars", budget_ms=8000)
     assert 'data-kpis-loaded="1"' in dom
     assert "no NCCL runs yet" in dom and "no incidents in the last 30 days of data" in dom
     assert len(re.findall(r'data-leaf="leaf-p\d-r\d-01" data-rail="\d" data-metric="utilization_mean"', dom)) == 4

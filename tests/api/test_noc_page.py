@@ -3,10 +3,7 @@ Chromium against a live API with a seeded alert (needs the Debian `chromium` pac
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,10 +14,9 @@ from sqlalchemy import Engine
 from service.auth.service import create_token
 from service.config import load_settings
 from tests import live_api as live
+from tests.api import chromium
+from tests.api.chromium import needs_chromium
 from tests.api.fabric_seed import FAULTY_LEAF, Seeded, make_app, seed_alerts, seed_drain, seed_fabric
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img" / "noc.png"
 
 
 @pytest.fixture(scope="module")
@@ -40,16 +36,6 @@ def test_page_and_assets(fabric: Seeded, db_url: str) -> None:
         assert c.get(bad).status_code == 404, bad
 
 
-def _chromium(url: str, tmp: Path, *mode: str) -> str:
-    out = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp / 'profile'}",
-         "--window-size=1400,900", "--virtual-time-budget=5000", *mode, url],
-        capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout
-
-
 @pytest.fixture()
 def live_url(fabric: Seeded, db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setattr(live, "create_app", make_app)
@@ -57,7 +43,7 @@ def live_url(fabric: Seeded, db_url: str, monkeypatch: pytest.MonkeyPatch) -> It
         yield base
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs the Debian 'chromium' package")
+@needs_chromium
 def test_chromium_renders_alerts_map_and_drains(live_url: str, engine: Engine, fabric: Seeded,
                                                 tmp_path: Path) -> None:
     opened = seed_alerts(engine, int(fabric.end_s * 1000))
@@ -67,7 +53,7 @@ def test_chromium_renders_alerts_map_and_drains(live_url: str, engine: Engine, f
     with engine.begin() as conn:
         token = create_token(conn, name="noc-page", scopes=["read"])
     url = f"{live_url}/?token={token}"
-    dom = _chromium(url, tmp_path, "--dump-dom")
+    dom = chromium.run(url, tmp_path, "--dump-dom")
     assert 'data-loaded="1"' in dom
     rows = re.findall(r'class="click alert-row" data-alert-id="(\d+)"', dom)
     assert sorted(int(x) for x in rows) == sorted(opened)
@@ -76,9 +62,4 @@ def test_chromium_renders_alerts_map_and_drains(live_url: str, engine: Engine, f
     assert re.search(rf'data-device="{FAULTY_LEAF}" data-health="critical"', dom)
     if drain is not None:
         assert f'data-drain-id="{drain}"' in dom and ("SAFE" in dom or "BLOCKED" in dom)
-    shot = tmp_path / "noc.png"
-    _chromium(url, tmp_path, f"--screenshot={shot}")
-    assert shot.stat().st_size > 20_000
-    if os.environ.get("FABRICWATCH_UPDATE_DOCS_IMG"):
-        DOCS_IMG.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shot, DOCS_IMG)
+    chromium.screenshot(url, tmp_path, "noc.png")
