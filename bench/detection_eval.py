@@ -110,59 +110,6 @@ def drop_db(server: str, name: str) -> None:
         c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-# --- numpy reads SQLAlchemy Row objects slowly: hand read_samples plain tuples --------------------------------
-
-class _PlainResult:
-    def __init__(self, res: Any) -> None:
-        self._res = res
-
-    def all(self) -> list[tuple]:
-        return [tuple(r) for r in self._res.all()]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._res, name)
-
-
-class _PlainConn:
-    """Rows as tuples. np.asarray over Row objects probes each row for the array protocol through Row's
-    KeyError fallback (~4x the cost of the whole cycle); the values are identical."""
-
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-
-    def execute(self, *a: Any, **k: Any) -> _PlainResult:
-        return _PlainResult(self._conn.execute(*a, **k))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
-
-
-def install_fast_read() -> None:
-    import service.detection.service as svc
-
-    orig = svc.read_samples
-    if getattr(orig, "_eval_shim", False):
-        return
-
-    def read_samples(conn: Any, fabric: Any, sx: Any, lo: int, hi: int) -> Any:
-        return orig(_PlainConn(conn), fabric, sx, lo, hi)
-
-    read_samples._eval_shim = True  # type: ignore[attr-defined]
-    svc.read_samples = read_samples
-
-
-def json_safe(f: Any) -> Any:
-    """Work around a bug: attribution gives non-finite evidence values as NaN, the alerts table stores evidence
-    as JSONB, and PostgreSQL rejects the NaN token, so one such finding fails the whole alert cycle. Here NaN
-    becomes null (what _ev already does for baselines); detection itself is untouched."""
-    from dataclasses import replace
-
-    if any(isinstance(e.value, float) and not math.isfinite(e.value) for e in f.evidence):
-        f.evidence = [replace(e, value=None) if isinstance(e.value, float) and not math.isfinite(e.value) else e
-                      for e in f.evidence]
-    return f
-
-
 # --- scenario per seed ---------------------------------------------------------------------------------------
 
 def seeded_scenario(suite: str, seed: int, quick: bool) -> Any:
@@ -239,7 +186,6 @@ class Job:
     configs: dict[str, dict[str, Any]]
     server: str
     quick: bool = False
-    fast_read: bool = True
 
 
 @dataclass
@@ -319,8 +265,6 @@ def run_job(job: Job) -> RunResult:
     from simulator.scenarios import parse_duration, parse_time
     from simulator.telemetry import make_sim, resolve_inventory, timeline
 
-    if job.fast_read:
-        install_fast_read()
     sc = seeded_scenario(job.suite, job.seed, job.quick)
     step = parse_duration(sc.step)
     start = T0
@@ -378,7 +322,7 @@ def run_job(job: Job) -> RunResult:
             with engine.connect() as conn:
                 def cycle(at_ms: int, findings: list, conn: Any = conn) -> None:
                     with conn.begin():
-                        apply_cycle(conn, [json_safe(f) for f in findings], at_ms, drains=False)
+                        apply_cycle(conn, findings, at_ms, drains=False)
 
                 backtest(engine, first, last, int(step * 1000), config=cfg, on_cycle=cycle)
                 res.alerts[label] = _alerts(conn)
@@ -768,8 +712,8 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
 
 
 def run_all(seeds: list[int], configs: dict[str, dict[str, Any]], server: str, quick: bool, workers: int,
-            fast_read: bool, suites: tuple[str, ...] = SUITES) -> list[RunResult]:
-    jobs = [Job(s, seed, configs, server, quick, fast_read) for seed in seeds for s in suites]
+            suites: tuple[str, ...] = SUITES) -> list[RunResult]:
+    jobs = [Job(s, seed, configs, server, quick) for seed in seeds for s in suites]
     jobs.sort(key=lambda j: j.suite != "gradual-optics")  # longest first
     if workers <= 1:
         return [run_job(j) for j in jobs]
@@ -794,7 +738,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--suites", nargs="+", choices=SUITES, default=list(SUITES),
                     help="run only these suites (iterating on one scenario group; goals need all three)")
     ap.add_argument("--no-rules-only", action="store_true", help="skip the rules-only baseline run")
-    ap.add_argument("--no-fast-read", action="store_true", help="use read_samples exactly as shipped (slower)")
     ap.add_argument("--json", type=Path, help="write the raw per-event rows here")
     ap.add_argument("--pickle", type=Path, help="keep the raw runs (alerts, truth) for re-scoring")
     ap.add_argument("--rescore", type=Path, help="re-score runs kept with --pickle (same path) instead of running")
@@ -817,7 +760,7 @@ def main(argv: list[str] | None = None) -> int:
 
             results = pickle.loads(a.rescore.with_suffix(f".{title}.pkl").read_bytes())
         else:
-            results = run_all(seeds, configs, a.server, a.quick, a.workers, not a.no_fast_read, tuple(a.suites))
+            results = run_all(seeds, configs, a.server, a.quick, a.workers, tuple(a.suites))
         samples = sum(r.samples for r in results)
         tim = defaultdict(float)
         for r in results:
