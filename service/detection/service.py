@@ -201,8 +201,12 @@ def _save_findings(conn: Connection, findings: list[Finding]) -> None:
 
 
 def _json_default(o: object) -> object:
-    if isinstance(o, float | np.floating):
-        return None
+    """numpy scalars as JSON numbers (Finding.to_dict has already made non-finite floats None)."""
+    if isinstance(o, np.floating):
+        v = float(o)
+        return v if np.isfinite(v) else None
+    if isinstance(o, np.integer):
+        return int(o)
     return str(o)
 
 
