@@ -290,12 +290,10 @@ def run_job(job: Job) -> RunResult:
         for k, t in enumerate(timeline(start, end, step), 1):
             n_samples += write_frame(sim, texts, sim.step(t, step), buf)
             if k % chunk_steps == 0:
-                buf.seek(0)
-                import_prometheus(engine=engine, lines=buf, source=f"{job.suite}-{job.seed}")
+                import_prometheus(engine=engine, chunks=[buf.getvalue().encode()], source=f"{job.suite}-{job.seed}")
                 buf = io.StringIO()
         if buf.tell():
-            buf.seek(0)
-            import_prometheus(engine=engine, lines=buf, source=f"{job.suite}-{job.seed}")
+            import_prometheus(engine=engine, chunks=[buf.getvalue().encode()], source=f"{job.suite}-{job.seed}")
         with engine.begin() as c:
             c.execute(text("ANALYZE samples"))
         timing["generate_import_s"] = time.perf_counter() - clock

@@ -314,17 +314,16 @@ def import_file(
                   console=console, transient=True) as progress, path.open("rb") as raw:
         task = progress.add_task("import", total=size)
 
-        def lines() -> Iterator[str]:
-            for i, line in enumerate(raw):
-                if i % 10_000 == 0:
-                    progress.update(task, completed=raw.tell())
-                yield line.decode("utf-8", errors="strict")
+        def chunks() -> Iterator[bytes]:
+            while chunk := raw.read(1 << 20):
+                progress.update(task, completed=raw.tell())
+                yield chunk
 
         # A one-shot import allocates millions of short-lived objects and no cycles worth collecting;
         # the collector's scans would cost about a tenth of the run.
         gc.disable()
         try:
-            report = import_prometheus(engine=engine, lines=lines(), source=str(path),
+            report = import_prometheus(engine=engine, chunks=chunks(), source=str(path),
                                        batch_rows=settings.ingest_batch_rows)
         except PromParseError as exc:
             console.print(f"[red]error:[/red] {exc}; nothing was written")

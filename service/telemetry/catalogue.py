@@ -40,15 +40,16 @@ class MetricDef:
 
     @property
     def labels(self) -> tuple[str, ...]:
-        return {
-            Entity.DEVICE: ("device",),
-            Entity.PORT: ("device", "port"),
-            Entity.LANE: ("device", "port", "lane"),
-            Entity.PRIORITY: ("device", "port", "priority"),
-            Entity.GPU: ("device", "gpu"),
-        }[self.entity]
+        return _LABELS[self.entity]
 
 
+_LABELS = {
+    Entity.DEVICE: ("device",),
+    Entity.PORT: ("device", "port"),
+    Entity.LANE: ("device", "port", "lane"),
+    Entity.PRIORITY: ("device", "port", "priority"),
+    Entity.GPU: ("device", "gpu"),
+}
 _C, _G = Kind.COUNTER, Kind.GAUGE
 _P, _L, _Q, _GPU, _D = Entity.PORT, Entity.LANE, Entity.PRIORITY, Entity.GPU, Entity.DEVICE
 

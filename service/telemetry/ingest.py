@@ -7,37 +7,39 @@ connection) rolls back everything and writes nothing; data is acknowledged only 
 Rows take one of two routes into `samples`:
 - direct: a series created by this transaction cannot have stored rows (its id is unknown
   to anyone else until we commit), so while its timestamps increase its rows go straight
-  in with a binary COPY. During `add_prom_lines` that COPY stays open while the caller
-  keeps parsing, so the server stores rows in parallel with the parser;
+  in with a binary COPY, sorted by (series, time) within each batch so the primary key
+  fills in order. During `add_prom_blocks` that COPY stays open while the caller keeps
+  parsing, so the server stores rows in parallel with the parser;
 - staged: rows of series that existed before, and a timestamp that does not increase
   within the input (possibly a duplicate), go through a temp table and INSERT .. ON
   CONFLICT DO NOTHING, so a re-import (or a retried Celery task) stores no duplicates and
   the report counts them.
 
 Each distinct series gets a slot on first sight. New slots are resolved in bulk (devices
-and ports looked up, series created); during `add_prom_lines` that happens on one worker
-thread while parsing goes on, and rows of unresolved slots wait in compact arrays whose
-size is capped, so memory stays bounded whatever the input size.
+and ports looked up, series created); during `add_prom_blocks` that happens on one worker
+thread while parsing goes on, and rows of unresolved slots wait in arrays whose size is
+capped, so memory stays bounded whatever the input size. Rows are routed a batch at a time
+with numpy, never one Python step per row.
 """
 
 from __future__ import annotations
 
-import struct
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import psycopg
 from sqlalchemy import Connection, text
 
 from service.telemetry import catalogue
 from service.telemetry.partitions import ensure_partitions
-from service.telemetry.promtext import SHARED_CACHE_LIMIT, PromLine, PromSample
+from service.telemetry.promtext import SHARED_CACHE_LIMIT, PromBlock, PromSample, parse_series
 from service.telemetry.samples import Sample
 
 # (metric, device, port, lane, priority, gpu)
@@ -55,6 +57,9 @@ _MOVE_SQL = ("INSERT INTO samples (series_id, ts, value) SELECT series_id, ts, v
              "ON CONFLICT DO NOTHING")
 _SERIES_COPY = ("COPY series_stage (metric, device_id, port_id, lane, priority, gpu, counter_bits, saturating, "
                 "ord) FROM STDIN")
+_SERIES_IDS_SQL = "SELECT nextval('series_id_seq') FROM generate_series(1, %s)"
+_SERIES_DIRECT_COPY = ("COPY series (id, metric, device_id, port_id, lane, priority, gpu, counter_bits, saturating) "
+                       "FROM STDIN")
 _NEW_SERIES_SQL = """
 INSERT INTO series (metric, device_id, port_id, lane, priority, gpu, counter_bits, saturating)
 SELECT metric, device_id, port_id, lane, priority, gpu, counter_bits, saturating FROM series_stage ORDER BY ord
@@ -68,25 +73,23 @@ SELECT s.id FROM series_stage st JOIN series s
  AND s.priority IS NOT DISTINCT FROM st.priority AND s.gpu IS NOT DISTINCT FROM st.gpu
 ORDER BY st.ord
 """
-_REJECTED = -1
-_NO_TS = -(1 << 64)  # below any timestamp
+_UNRESOLVED, _REJECTED = -2, -1  # series ids of slots without one
+_NO_TS = np.iinfo(np.int64).min  # below any timestamp
 
-# Binary COPY: a row is field count, then (length, bytes) per field. The per-series head
-# (3 fields, series id, length of ts) and per-timestamp part (ts, length of value) are
-# packed once and reused; timestamptz is microseconds since 2000-01-01 UTC.
+# Binary COPY: a row is its field count, then (length, bytes) per field, big-endian;
+# timestamptz is microseconds since 2000-01-01 UTC.
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
 _COPY_TRAILER = b"\xff\xff"
-_ROW_HEAD = struct.Struct(">hiii")
-_ROW_TS = struct.Struct(">qi")
-_F8 = struct.Struct(">d").pack
+_ROW_DTYPE = np.dtype([("fields", ">i2"), ("sid_len", ">i4"), ("sid", ">i4"), ("ts_len", ">i4"), ("ts", ">i8"),
+                       ("value_len", ">i4"), ("value", ">f8")])
+_ROW_BYTES = _ROW_DTYPE.itemsize  # 34
 _PG_EPOCH_MS = 946_684_800_000
-_ROW_BYTES = 34  # 2 + (4 + 4) + (4 + 8) + (4 + 8)
+_DAY_MS = 86_400_000
 
 _CHUNK_BYTES = 1 << 20  # direct rows go to the server in chunks of this size
 _MAX_HELD_ROWS = 1_000_000  # rows held while series resolve: ~20 MB waiting, ~34 MB packed
 _RESOLVE_MIN_SLOTS = 1024  # resolve new series in rounds of at least this many...
 _RESOLVE_MIN_WAITING = 16_384  # ...or once this many rows wait for them
-_TS_CACHE_LIMIT = 65_536
 
 
 @dataclass
@@ -119,15 +122,13 @@ class IngestReport:
 
 @dataclass(slots=True)
 class _Slot:
+    """A distinct series of this ingest; its id and routing state are in `Ingestor`'s per-slot arrays."""
+
     key: SeriesKey
     index: int
-    sid: int | None = None  # None until resolved; _REJECTED if rejected
     rejection: tuple[Counter[str], str] | None = None
     bits: int | None = None
     saturating: bool = False
-    created: bool = False  # created by this transaction: no stored rows can conflict
-    last_ts: int = _NO_TS  # newest timestamp sent direct
-    head: bytes = b""  # binary COPY row head carrying the series id
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +225,7 @@ class _Resolver:
                     to_create.append((key[0], dev, None if port is None else self._ports[dev][port], key[3], key[4],
                                       key[5], bits, saturating, len(outcomes) - 1))
             if to_create:
+                self._lock_parents(cur, to_create)
                 for row, (sid, created) in zip(to_create, self._create(cur, to_create), strict=True):
                     outcomes[row[-1]] = _Outcome(sid, created=created)
                     if not created:  # committed by someone; ours may still roll back
@@ -232,12 +234,38 @@ class _Resolver:
 
 
     @staticmethod
-    def _create(cur: psycopg.Cursor[Any], rows: list[tuple[Any, ...]]) -> list[tuple[int, bool]]:
-        """(series id, created by us) per row; the join for ids runs only if some existed.
+    def _lock_parents(cur: psycopg.Cursor[Any], rows: list[tuple[Any, ...]]) -> None:
+        """Lock the devices and ports that new series name until commit, as foreign keys would (series
+        have none, see migration 0080): a parent deleted meanwhile fails this ingest, which is retried."""
+        for table, ids in (("devices", {r[1] for r in rows}), ("ports", {r[2] for r in rows} - {None})):
+            if ids:
+                locked = cur.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE id = ANY(%s) "
+                                     "FOR KEY SHARE) l", [list(ids)]).fetchone()[0]
+                if locked != len(ids):
+                    raise psycopg.errors.ForeignKeyViolation(
+                        f"{len(ids) - locked} of the {table} named by new series were deleted during this ingest")
 
-        The COPY payload is built in one piece: on the worker thread, every wait for the
-        socket is a wait for the GIL too, so few large writes beat many small ones.
+    def _create(self, cur: psycopg.Cursor[Any], rows: list[tuple[Any, ...]]) -> list[tuple[int, bool]]:
+        """(series id, created by us) per row.
+
+        First try the common case, all new: take ids from the sequence and COPY the rows straight
+        into `series`, under a savepoint. If one exists already (or another ingest creates it
+        first) that fails on the unique key and the rows go through a staging table and
+        INSERT .. ON CONFLICT, then a join for the ids of those that existed.
+
+        COPY payloads are built in one piece: on the worker thread, every wait for the socket is
+        a wait for the GIL too, so few large writes beat many small ones.
         """
+        ids = [r[0] for r in cur.execute(_SERIES_IDS_SQL, [len(rows)])]
+        payload = "".join([f"{sid}\t{m}\t{d}\t{_txt(p)}\t{_txt(ln)}\t{_txt(pr)}\t{_txt(g)}\t{_txt(b)}\t"
+                           f"{'t' if sat else 'f'}\n"
+                           for sid, (m, d, p, ln, pr, g, b, sat, _) in zip(ids, rows, strict=True)])
+        try:
+            with self.raw.transaction(), cur.copy(_SERIES_DIRECT_COPY) as copy:
+                copy.write(payload)
+            return [(sid, True) for sid in ids]
+        except psycopg.errors.UniqueViolation:
+            pass
         payload = "".join([f"{m}\t{d}\t{_txt(p)}\t{_txt(ln)}\t{_txt(pr)}\t{_txt(g)}\t{_txt(b)}\t"
                            f"{'t' if sat else 'f'}\t{o}\n" for m, d, p, ln, pr, g, b, sat, o in rows])
         with cur.copy(_SERIES_COPY) as copy:
@@ -257,8 +285,9 @@ class _Resolver:
 class Ingestor:
     """Resolve samples to series and write them with binary COPY, inside `conn`'s transaction.
 
-    `batch_rows` bounds the rows staged (for ON CONFLICT) before they are moved, and the
-    rows a non-streaming caller (`add`, `add_prom`) buffers before sending.
+    Rows are routed in vectorized batches: a PromBlock at a time, or the rows added one by one
+    (`add`, `add_prom_sample`), which wait in `_rows` until there are `batch_rows` of them.
+    `batch_rows` also bounds the rows staged (for ON CONFLICT) before they are moved.
     """
 
     def __init__(self, conn: Connection, *, batch_rows: int = 50_000) -> None:
@@ -269,17 +298,23 @@ class Ingestor:
         self._resolver = _Resolver(self._raw)
         self._slots: list[_Slot] = []
         self._by_key: dict[SeriesKey, _Slot] = {}
-        self._by_text: dict[str, _Slot] = {}
+        self._by_text: dict[str, int] = {}  # exposition text -> slot index
+        # per slot, by index: series id (or _UNRESOLVED / _REJECTED), created by this
+        # transaction, newest timestamp sent direct
+        self._sid = np.empty(0, np.int64)
+        self._created = np.empty(0, bool)
+        self._last_ts = np.empty(0, np.int64)
         self._pending: list[_Slot] = []
         self._worker: ThreadPoolExecutor | None = None  # set while streaming
         self._inflight: tuple[Future[list[_Outcome]], list[_Slot]] | None = None
-        self._waiting = _Held()
+        self._rows = _Rows()  # added one by one, not yet routed
+        self._held: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # waiting for their series
+        self._held_rows = 0
         self._direct = bytearray()
         self._staged = bytearray()
         self._copy: psycopg.Copy | None = None
         self._copy_stack = ExitStack()
-        self._ts_parts: dict[int, bytes] = {}
-        self._days: set[date] = set()
+        self._days: set[int] = set()
         for ddl in _STAGE_DDL:
             conn.execute(text(ddl))
 
@@ -287,27 +322,37 @@ class Ingestor:
     def add(self, s: Sample) -> None:
         key = (s.metric, s.device, s.port, s.lane, s.priority, s.gpu)
         slot = self._by_key.get(key) or self._new_slot(key)
-        if s.counter_bits is not None and slot.sid is None:
+        if s.counter_bits is not None and self._sid[slot.index] == _UNRESOLVED:
             slot.bits, slot.saturating = s.counter_bits, s.saturating
-        self._add(slot, s.ts_ms, s.value)
+        self._add(slot.index, s.ts_ms, s.value)
 
-    def add_prom(self, line: PromLine, default_ts_ms: int) -> None:
+    def add_prom_sample(self, sample: PromSample, default_ts_ms: int) -> None:
         """Add one parsed exposition line; entity labels name the series, others are ignored."""
-        slot = self._text_slot(line.series, (line.name, line.labels), line.line)
-        if slot is not None:
-            self._add(slot, line.ts_ms if line.ts_ms is not None else default_ts_ms, line.value)
+        series, parsed, value, ts_ms, lineno = sample
+        index = self._text_slot(series, lineno, (parsed.name, parsed.labels))
+        if index is not None:
+            self._add(index, ts_ms if ts_ms is not None else default_ts_ms, value)
 
-    def add_prom_lines(self, samples: Iterable[PromSample], default_ts_ms: int,
-                       on_progress: Callable[[int], None] | None = None) -> None:
-        """Add a stream of parsed lines, storing them while the stream is still being parsed.
+    def add_prom_blocks(self, items: Iterable[PromBlock | PromSample], default_ts_ms: int,
+                        on_progress: Callable[[int], None] | None = None) -> None:
+        """Add parsed exposition (`promtext.iter_blocks`), storing it while the stream is still parsed.
 
         The COPY into `samples` stays open and new series resolve on a worker thread for the
         duration of this call; both are closed (or aborted, on any error) before it returns.
         """
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="ingest-resolve")
-        fast = 0  # lines taken by the fast path below, added to `received` at the end
+        lines = 0
         try:
-            fast = self._stream(samples, default_ts_ms, on_progress)
+            for item in items:
+                if isinstance(item, PromBlock):
+                    self._add_block(item)
+                    lines = item.first_line + len(item.series) - 1
+                else:
+                    self.add_prom_sample(item, default_ts_ms)
+                    lines = item[4]
+                if on_progress is not None:
+                    on_progress(lines)
+            self._route_rows()
             self._resolve_all()
             self._send_direct(force=True)
             self._close_copy()
@@ -315,51 +360,36 @@ class Ingestor:
             self._abort(exc)
             raise
         finally:
-            self.report.received += fast
             self._worker.shutdown(wait=True)
             self._worker = None
 
-    def _stream(self, samples: Iterable[PromSample], default_ts_ms: int,
-                on_progress: Callable[[int], None] | None) -> int:
-        """The per-line loop. Its inline fast path is the common case (a resolved series
-        created here, an increasing timestamp, a finite value): pack the row into the direct
-        buffer; anything else goes through `_add`. Returns how many lines took the fast path."""
-        direct = self._direct  # flushed in place, so this alias stays valid
-        send_at = _CHUNK_BYTES  # raised while a series round holds the connection
-        last_ms: int | None = None
-        last_part = b""
-        fast = 0
-        for n, (series, parsed, value, ts_ms, lineno) in enumerate(samples, 1):
-            slot = parsed.tag
-            if slot is None:
-                slot = parsed.tag = self._text_slot(series, (parsed.name, parsed.labels), lineno)
-                if slot is None:
-                    continue
-            if ts_ms is None:
-                ts_ms = default_ts_ms
-            if slot.created and ts_ms > slot.last_ts and value - value == 0.0:  # type: ignore[union-attr]
-                if ts_ms != last_ms:
-                    last_part = self._ts_parts.get(ts_ms) or self._ts_part(ts_ms)
-                    last_ms = ts_ms
-                slot.last_ts = ts_ms  # type: ignore[union-attr]
-                direct += slot.head  # type: ignore[union-attr]
-                direct += last_part
-                direct += _F8(value)
-                fast += 1
-                if len(direct) >= send_at:
-                    send_at = _CHUNK_BYTES if self._send_direct() else len(direct) + _CHUNK_BYTES
-            else:
-                self._add(slot, ts_ms, value)  # type: ignore[arg-type]
-            if on_progress is not None and n % 10_000 == 0:
-                on_progress(n)
-        return fast
+    def _add_block(self, block: PromBlock) -> None:
+        # partitions first: while a round of new series (started below) holds the connection they
+        # could not be created without waiting for it
+        self._ensure_partitions(block.ts_ms)
+        by_text = self._by_text
+        found = list(map(by_text.get, block.series))
+        if None in found:  # series not seen by this ingestor yet
+            for i, index in enumerate(found):
+                if index is None:
+                    series = block.series[i]
+                    index = self._text_slot(series, block.first_line + i, parse_series(series))
+                    found[i] = -1 if index is None else index  # None: refused (and counted) line
+        idx = np.array(found, np.int64)
+        values, ts_ms = block.values, block.ts_ms
+        if (idx < 0).any():
+            keep = idx >= 0
+            idx, values, ts_ms = idx[keep], values[keep], ts_ms[keep]
+        self._maybe_resolve()
+        self._route(idx, ts_ms, values)
 
-    def _text_slot(self, series: str, parsed: tuple[str, tuple[tuple[str, str], ...]], lineno: int) -> _Slot | None:
-        """The slot for a `name{labels}` text; None (and counted) if a label is not an integer."""
-        slot = self._by_text.get(series) if series else None
-        if slot is None and (key := _VALID_KEYS.get(series)) is not None:
-            slot = self._by_text[series] = self._by_key.get(key) or self._new_slot(key)
-        if slot is None:
+    def _text_slot(self, series: str, lineno: int, parsed: tuple[str, tuple[tuple[str, str], ...]]) -> int | None:
+        """The slot index for a `name{labels}` text; None (and counted) if a label is not an integer."""
+        index = self._by_text.get(series)
+        if index is not None:
+            return index
+        key = _VALID_KEYS.get(series)
+        if key is None:
             name, label_pairs = parsed
             labels = dict(label_pairs)
             try:
@@ -369,74 +399,41 @@ class Ingestor:
                 self.report.received += 1
                 self.report.invalid[f"line {lineno}: {exc}"] += 1
                 return None
-            slot = self._by_key.get(key) or self._new_slot(key)
-            if series:
-                self._by_text[series] = slot
-                if key in _VALID:
-                    _remember(_VALID_KEYS, series, key)
-        return slot
+        slot = self._by_key.get(key) or self._new_slot(key)
+        if key in _VALID:
+            _remember(_VALID_KEYS, series, key)
+        self._by_text[series] = slot.index
+        return slot.index
 
-    def _add(self, slot: _Slot, ts_ms: int, value: float) -> None:
-        report = self.report
-        report.received += 1
-        if value - value != 0.0:  # NaN or +/-Inf
-            report.skipped_nan += 1
-            return
-        self._route(slot, ts_ms, value)
-        if slot.sid is None:
-            held = len(self._waiting)
-            if held % 4096 == 0:
-                self._maybe_resolve()
-                if held >= _MAX_HELD_ROWS:
-                    self._resolve_all()
-        elif len(self._direct) >= _CHUNK_BYTES:
-            self._send_direct()
-        elif len(self._staged) >= self.batch_rows * _ROW_BYTES:
-            self._move_staged()
+    def _add(self, index: int, ts_ms: int, value: float) -> None:
+        self._rows.append(index, ts_ms, value)
+        if len(self._rows) >= self.batch_rows:
+            self._route_rows()
 
-    def _route(self, slot: _Slot, ts_ms: int, value: float) -> None:
-        """Put one finite value into the direct or staged buffer, or hold it until its slot resolves."""
-        sid = slot.sid
-        if sid is None:
-            self._waiting.append(slot.index, ts_ms, value)
-            return
-        if sid == _REJECTED:
-            bucket, label = slot.rejection  # type: ignore[misc]
-            bucket[label] += 1
-            return
-        ts_part = self._ts_parts.get(ts_ms) or self._ts_part(ts_ms)
-        if slot.created and ts_ms > slot.last_ts:
-            slot.last_ts = ts_ms
-            buf = self._direct
-        else:
-            buf = self._staged
-        buf += slot.head
-        buf += ts_part
-        buf += _F8(value)
-
-    def _ts_part(self, ts_ms: int) -> bytes:
-        """The packed timestamp, cached (import files repeat few); makes sure its day's partition exists."""
-        day = _day(ts_ms)
-        if day not in self._days:
-            self._free_connection()
-            ensure_partitions(self.conn, day, day)
-            self._days.add(day)
-        if len(self._ts_parts) >= _TS_CACHE_LIMIT:
-            self._ts_parts.clear()
-        part = self._ts_parts[ts_ms] = _ROW_TS.pack((ts_ms - _PG_EPOCH_MS) * 1000, 8)
-        return part
+    def _route_rows(self) -> None:
+        rows, self._rows = self._rows, _Rows()
+        if len(rows):
+            idx, ts_ms, values = rows.arrays()
+            self._ensure_partitions(ts_ms)
+            self._maybe_resolve()
+            self._route(idx, ts_ms, values)
 
     def _new_slot(self, key: SeriesKey) -> _Slot:
         slot = _Slot(key, len(self._slots))
         self._slots.append(slot)
         self._by_key[key] = slot
+        if slot.index == len(self._sid):  # grow the per-slot arrays
+            grow = max(1024, len(self._sid))
+            self._sid = np.append(self._sid, np.full(grow, _UNRESOLVED, np.int64))
+            self._created = np.append(self._created, np.zeros(grow, bool))
+            self._last_ts = np.append(self._last_ts, np.full(grow, _NO_TS, np.int64))
         rejection = None
         if key not in _VALID:
             rejection = self._check(key)
             if rejection is None:
                 _remember(_VALID, key, key)
         if rejection is not None:
-            slot.sid, slot.rejection = _REJECTED, rejection
+            self._sid[slot.index], slot.rejection = _REJECTED, rejection
         else:
             self._pending.append(slot)
             if len(self._pending) % _RESOLVE_MIN_SLOTS == 0:
@@ -458,46 +455,112 @@ class Ingestor:
                 return r.invalid, f"{metric}: missing label {label!r}"
         return None
 
+    # -- routing ----------------------------------------------------------------------
+    def _route(self, idx: np.ndarray, ts_ms: np.ndarray, values: np.ndarray) -> None:
+        """Put rows (slot index, timestamp, value) into the direct or staged buffer, count
+        what is refused, and hold rows whose series is not resolved yet."""
+        sid = self._sid[idx]
+        waiting = sid == _UNRESOLVED
+        if waiting.any():
+            self._held.append((idx[waiting], ts_ms[waiting], values[waiting]))
+            self._held_rows += int(waiting.sum())
+            ready = ~waiting
+            idx, ts_ms, values, sid = idx[ready], ts_ms[ready], values[ready], sid[ready]
+            if self._held_rows >= _MAX_HELD_ROWS:
+                self._resolve_all()
+        r = self.report
+        r.received += len(idx)
+        rejected = sid == _REJECTED
+        if rejected.any():
+            slots, counts = np.unique(idx[rejected], return_counts=True)
+            for index, count in zip(slots.tolist(), counts.tolist(), strict=True):
+                bucket, label = self._slots[index].rejection  # type: ignore[misc]
+                bucket[label] += count
+        finite = np.isfinite(values)
+        r.skipped_nan += int(np.count_nonzero(~finite & ~rejected))
+        ok = finite & ~rejected
+        if not ok.all():
+            idx, ts_ms, values, sid = idx[ok], ts_ms[ok], values[ok], sid[ok]
+        if not len(idx):
+            return
+        self._ensure_partitions(ts_ms)
+        # Sorted by (series, time): the (series_id, ts) key is then filled in order. The sort
+        # is stable, so of two rows with one timestamp the first stays first (and is kept).
+        order = np.lexsort((ts_ms, sid))
+        idx, ts_ms, values, sid = idx[order], ts_ms[order], values[order], sid[order]
+        first = np.ones(len(idx), bool)
+        first[1:] = sid[1:] != sid[:-1]
+        above_prev = np.ones(len(idx), bool)
+        above_prev[1:] = ts_ms[1:] > ts_ms[:-1]
+        direct = self._created[idx] & (ts_ms > self._last_ts[idx]) & (first | above_prev)
+        if direct.any():
+            np.maximum.at(self._last_ts, idx[direct], ts_ms[direct])
+            self._direct += _pack(sid[direct], ts_ms[direct], values[direct])
+        if not direct.all():
+            staged = ~direct
+            self._staged += _pack(sid[staged], ts_ms[staged], values[staged])
+        if len(self._direct) >= _CHUNK_BYTES:
+            self._send_direct()
+        if len(self._staged) >= self.batch_rows * _ROW_BYTES:
+            self._move_staged()
+
+    def _ensure_partitions(self, ts_ms: np.ndarray) -> None:
+        """Make sure the day partitions of these timestamps exist."""
+        if not len(ts_ms):
+            return
+        first, last = int(ts_ms.min()) // _DAY_MS, int(ts_ms.max()) // _DAY_MS
+        if first == last and first in self._days:
+            return
+        days = set(np.unique(ts_ms // _DAY_MS).tolist()) - self._days
+        if days:
+            self._free_connection()
+            for day in sorted(days):
+                d = datetime.fromtimestamp(day * _DAY_MS / 1000, tz=UTC).date()
+                ensure_partitions(self.conn, d, d)
+            self._days |= days
+
     # -- resolution -------------------------------------------------------------------
     def _maybe_resolve(self, *, force: bool = False) -> None:
-        """Apply a finished round; start the next one if enough new series are pending.
+        """Record a finished round and start the next one if enough new series are pending, then
+        route the rows that waited (the next round runs meanwhile).
 
         With `force`, wait for the round in flight and resolve everything pending now.
         """
+        resolved = False
         if self._inflight is not None:
             future, slots = self._inflight
             if not force and not future.done():
                 return
             self._inflight = None
-            self._apply(slots, future.result())
-        if not self._pending or not (force or len(self._pending) >= _RESOLVE_MIN_SLOTS
-                                     or len(self._waiting) >= _RESOLVE_MIN_WAITING):
-            return
-        slots, self._pending = self._pending, []
-        wanted = [(s.key, s.bits, s.saturating) for s in slots]
-        self._close_copy()
-        if self._worker is None or force:
-            self._apply(slots, self._resolver.resolve(wanted))
-        else:
-            self._inflight = (self._worker.submit(self._resolver.resolve, wanted), slots)
+            self._record(slots, future.result())
+            resolved = True
+        if self._pending and (force or len(self._pending) >= _RESOLVE_MIN_SLOTS
+                              or self._held_rows >= _RESOLVE_MIN_WAITING):
+            slots, self._pending = self._pending, []
+            wanted = [(s.key, s.bits, s.saturating) for s in slots]
+            self._close_copy()
+            if self._worker is None or force:
+                self._record(slots, self._resolver.resolve(wanted))
+                resolved = True
+            else:
+                self._inflight = (self._worker.submit(self._resolver.resolve, wanted), slots)
+        if resolved and self._held:
+            held, self._held, self._held_rows = self._held, [], 0
+            self._route(*(np.concatenate(column) for column in zip(*held, strict=True)))
 
     def _resolve_all(self) -> None:
         while self._inflight is not None or self._pending:
             self._maybe_resolve(force=True)
 
-    def _apply(self, slots: list[_Slot], outcomes: list[_Outcome]) -> None:
-        """Record resolved ids (or rejections), then route the rows that waited for them."""
+    def _record(self, slots: list[_Slot], outcomes: list[_Outcome]) -> None:
+        """Record resolved ids, or rejections."""
         r = self.report
         for slot, o in zip(slots, outcomes, strict=True):
             if o.sid is None:
                 bucket = r.unknown_devices if o.unknown == "device" else r.unknown_ports
-                slot.sid, slot.rejection = _REJECTED, (bucket, o.label)
+                self._sid[slot.index], slot.rejection = _REJECTED, (bucket, o.label)
             else:
-                slot.sid, slot.created, slot.head = o.sid, o.created, _ROW_HEAD.pack(3, 4, o.sid, 8)
-        held, self._waiting = self._waiting, _Held()
-        slot_list = self._slots
-        for index, ts_ms, value in held:
-            self._route(slot_list[index], ts_ms, value)
+                self._sid[slot.index], self._created[slot.index] = o.sid, o.created
 
     # -- writing ----------------------------------------------------------------------
     def _free_connection(self) -> None:
@@ -562,6 +625,7 @@ class Ingestor:
 
     def flush(self) -> None:
         """Resolve pending series and store every buffered row."""
+        self._route_rows()
         self._resolve_all()
         self._send_direct(force=True)
         self._close_copy()
@@ -572,8 +636,8 @@ class Ingestor:
         return self.report
 
 
-class _Held:
-    """Rows waiting for their series to resolve, in compact typed arrays (20 bytes a row)."""
+class _Rows:
+    """Rows added one by one, in compact typed arrays (20 bytes a row) until routed together."""
 
     __slots__ = ("slots", "ts", "values")
 
@@ -588,8 +652,19 @@ class _Held:
     def __len__(self) -> int:
         return len(self.slots)
 
-    def __iter__(self) -> Iterator[tuple[int, int, float]]:
-        return zip(self.slots, self.ts, self.values, strict=True)
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return (np.frombuffer(self.slots, np.int64), np.frombuffer(self.ts, np.int64),
+                np.frombuffer(self.values, np.float64))
+
+
+def _pack(sid: np.ndarray, ts_ms: np.ndarray, values: np.ndarray) -> bytes:
+    """Rows in PostgreSQL's binary COPY format."""
+    rows = np.empty(len(sid), _ROW_DTYPE)
+    rows["fields"], rows["sid_len"], rows["ts_len"], rows["value_len"] = 3, 4, 8, 8
+    rows["sid"] = sid
+    rows["ts"] = (ts_ms - _PG_EPOCH_MS) * 1000
+    rows["value"] = values
+    return rows.tobytes()
 
 
 def _int_label(labels: dict[str, str], name: str) -> int | None:
@@ -604,7 +679,3 @@ def _int_label(labels: dict[str, str], name: str) -> int | None:
 
 def _txt(v: int | None) -> str:
     return "\\N" if v is None else str(v)
-
-
-def _day(ts_ms: int) -> date:
-    return datetime.fromtimestamp(ts_ms / 1000, tz=UTC).date()

@@ -5,6 +5,11 @@ TYPE/HELP lines, `name{labels} value [timestamp_ms]`, NaN and +/-Inf values. It 
 the parsed `name{labels}` prefix because import files repeat each series at many
 timestamps; that cache is what keeps a million lines cheap. Parsed prefixes are also kept
 process-wide, because pushes repeat the same series every poll.
+
+`iter_blocks` reads a byte stream in blocks of whole lines: a block whose every line is
+`name{labels} value ts_ms` is parsed as columns (numpy arrays), without a Python step per
+line; any other block goes line by line through `iter_samples`, which gives the same
+result and names the first bad line.
 """
 
 from __future__ import annotations
@@ -15,10 +20,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO
 
+import numpy as np
+
 from service.telemetry.samples import Sample
 
 _NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _LABEL_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|\Z)')
+# a label set without escapes or spaces, the usual case: one match, then findall
+_PLAIN_BODY_RE = re.compile(r'(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\s]*",)*(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\s]*",?)?\Z')
+_PLAIN_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 _ESCAPE_RE = re.compile(r"\\[\\\"n]")
 _SPECIAL_VALUES = {"NaN": math.nan, "+Inf": math.inf, "Inf": math.inf, "-Inf": -math.inf}
@@ -65,6 +75,10 @@ def _parse_series(series: str) -> tuple[str, tuple[tuple[str, str], ...]]:
         raise ValueError(f"invalid metric name {name!r}")
     if not body or not body.strip():
         return name, ()
+    if _PLAIN_BODY_RE.match(body):
+        plain = tuple(_PLAIN_LABEL_RE.findall(body))
+        if len({k for k, _ in plain}) == len(plain):
+            return name, plain
     labels: list[tuple[str, str]] = []
     pos, seen = 0, set()
     while pos < len(body):
@@ -111,7 +125,7 @@ class ParsedSeries:
 PromSample = tuple[str, ParsedSeries, float, int | None, int]
 
 
-def iter_samples(lines: Iterable[str], source: str = "body") -> Iterator[PromSample]:
+def iter_samples(lines: Iterable[str], source: str = "body", first_line: int = 1) -> Iterator[PromSample]:
     """Yield one PromSample per sample line; raise PromParseError at the first bad line.
 
     The common shape `name{labels} value [ts]` of an already-seen series (in this stream or,
@@ -122,7 +136,7 @@ def iter_samples(lines: Iterable[str], source: str = "body") -> Iterator[PromSam
     `_parse_line`, which also produces the precise error.
     """
     cache: dict[str, ParsedSeries] = {}
-    for lineno, raw in enumerate(lines, 1):
+    for lineno, raw in enumerate(lines, first_line):
         parts = raw.rsplit(" ", 2)
         parsed = cache.get(parts[0])
         if parsed is None and len(cache) < _CACHE_LIMIT:
@@ -162,15 +176,10 @@ def _parse_line(raw: str, lineno: int, source: str, cache: dict[str, ParsedSerie
         series, rest = line[:space], line[space:]
     parsed = cache.get(series)
     if parsed is None:
-        known = _PARSED.get(series)
-        if known is None:
-            try:
-                known = _parse_series(series)
-            except ValueError as exc:
-                raise PromParseError(lineno, str(exc), source) from None
-            if len(_PARSED) >= SHARED_CACHE_LIMIT:
-                _PARSED.clear()
-            _PARSED[series] = known
+        try:
+            known = parse_series(series)
+        except ValueError as exc:
+            raise PromParseError(lineno, str(exc), source) from None
         parsed = ParsedSeries(*known)
         if len(cache) < _CACHE_LIMIT:
             cache[series] = parsed
@@ -191,6 +200,92 @@ def _parse_line(raw: str, lineno: int, source: str, cache: dict[str, ParsedSerie
             raise PromParseError(lineno, f"timestamp {parts[1]!r} is not integer milliseconds",
                                  source) from None
     return series, parsed, value, ts_ms, lineno
+
+
+def parse_series(series: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """`name{labels}` text -> (name, labels), through the process-wide cache; ValueError if malformed."""
+    known = _PARSED.get(series)
+    if known is None:
+        known = _parse_series(series)
+        if len(_PARSED) >= SHARED_CACHE_LIMIT:
+            _PARSED.clear()
+        _PARSED[series] = known
+    return known
+
+
+@dataclass(frozen=True, slots=True)
+class PromBlock:
+    """Consecutive sample lines, all `name{labels} value ts_ms` with a valid series, as columns."""
+
+    first_line: int  # 1-based number of the block's first line
+    series: list[str]  # the `name{labels}` text of each line
+    values: np.ndarray  # float64
+    ts_ms: np.ndarray  # int64
+
+
+BLOCK_BYTES = 8 << 20
+
+
+def iter_blocks(chunks: Iterable[bytes], source: str = "body",
+                block_bytes: int = BLOCK_BYTES) -> Iterator[PromBlock | PromSample]:
+    """Parse a UTF-8 byte stream: a PromBlock per block of whole lines in the common shape,
+    else one PromSample per sample line of the block. Raises PromParseError at the first bad
+    line and UnicodeDecodeError if the stream is not UTF-8."""
+    lineno = 1
+    for data in _whole_lines(chunks, block_bytes):
+        text = data.decode("utf-8")
+        block = _parse_block(data, text, lineno)
+        if block is not None:
+            yield block
+        else:
+            yield from iter_samples(text.split("\n"), source, lineno)
+        lineno += data.count(b"\n")
+
+
+def _whole_lines(chunks: Iterable[bytes], block_bytes: int) -> Iterator[bytes]:
+    """Regroup chunks into blocks of about `block_bytes` that end at a line end (the last may not)."""
+    pending = bytearray()
+    for chunk in chunks:
+        pending += chunk
+        if len(pending) >= block_bytes:
+            cut = pending.rfind(b"\n") + 1
+            if not cut and len(pending) > MAX_LINE_BYTES:
+                cut = len(pending)  # part of an over-long line, which the line parser refuses
+            if cut:
+                yield bytes(pending[:cut])
+                del pending[:cut]
+    if pending:
+        yield bytes(pending)
+
+
+def _parse_block(data: bytes, text: str, first_line: int) -> PromBlock | None:
+    """Columns if every line is exactly `series value ts` (two single spaces, not over-long, a
+    valid series, numbers that `float` and `int` take, as `iter_samples` reads them); else None."""
+    raw = np.frombuffer(data, np.uint8)
+    ends = np.flatnonzero(raw == 10)
+    if not data.endswith(b"\n"):
+        ends = np.append(ends, len(data))
+    if not len(ends):
+        return None
+    spaces = np.flatnonzero(raw == 32)
+    per_line = np.diff(np.searchsorted(spaces, ends), prepend=0)
+    if len(spaces) != 2 * len(ends) or (per_line != 2).any():
+        return None
+    if np.diff(ends, prepend=-1).max() > MAX_LINE_BYTES:  # a line's length, its newline included
+        return None
+    tokens = text.replace("\n", " ").split(" ")
+    if data.endswith(b"\n"):
+        tokens.pop()  # after the last newline
+    series = tokens[0::3]
+    try:
+        for s in dict.fromkeys(series):
+            if s not in _PARSED:
+                parse_series(s)
+        values = np.array(tokens[1::3], dtype=np.float64)
+        ts_ms = np.array(list(map(int, tokens[2::3])), dtype=np.int64)
+    except (ValueError, OverflowError):
+        return None
+    return PromBlock(first_line, series, values, ts_ms)
 
 
 def parse_lines(lines: Iterable[str], source: str = "body") -> Iterator[PromLine]:

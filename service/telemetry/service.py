@@ -15,7 +15,7 @@ from service.observability import INGEST_ERRORS, INGESTED_ROWS
 from service.telemetry import catalogue
 from service.telemetry.counters import rates
 from service.telemetry.ingest import Ingestor, IngestReport
-from service.telemetry.promtext import PromParseError, iter_samples
+from service.telemetry.promtext import PromParseError, iter_blocks
 from service.telemetry.rollups import L1H, L5M, LEVELS, Level, floor_to, read_rollup, watermark
 from service.telemetry.samples import Sample
 
@@ -23,20 +23,21 @@ from service.telemetry.samples import Sample
 def import_prometheus(
     *,
     engine: Engine,
-    lines: Iterable[str],
+    chunks: Iterable[bytes],
     source: str = "body",
     default_ts_ms: int | None = None,
     batch_rows: int = 50_000,
     on_progress: Callable[[int], None] | None = None,
 ) -> IngestReport:
-    """Import exposition lines in one transaction; a malformed line raises and writes nothing."""
+    """Import exposition text (UTF-8 bytes, in chunks of any size) in one transaction; a malformed
+    line raises PromParseError and writes nothing. `on_progress` gets the lines read so far."""
     default_ts = default_ts_ms if default_ts_ms is not None else int(time.time() * 1000)
     try:
         with engine.begin() as conn:
             ingestor = Ingestor(conn, batch_rows=batch_rows)
             # Rows are stored while the lines are still being parsed; a PromParseError (or
             # any error) aborts that and rolls back the whole transaction.
-            ingestor.add_prom_lines(iter_samples(lines, source), default_ts, on_progress)
+            ingestor.add_prom_blocks(iter_blocks(chunks, source), default_ts, on_progress)
             report = ingestor.finish()
     except PromParseError:
         INGEST_ERRORS.labels(reason="parse").inc()

@@ -49,13 +49,13 @@ async def _read_body(request: Request, limit: int) -> bytes:
 async def import_prom(request: Request, engine: EngineDep, settings: SettingsDep) -> dict[str, Any]:
     body = await _read_body(request, settings.max_body_bytes)
     try:
-        text = body.decode("utf-8")
+        body.decode("utf-8")  # refused whole, before anything is parsed
     except UnicodeDecodeError as exc:
         INGEST_ERRORS.labels(reason="encoding").inc()
         raise Problem(400, "Malformed body", f"body is not UTF-8 at byte {exc.start}") from None
     try:
         report = await run_in_threadpool(
-            import_prometheus, engine=engine, lines=text.splitlines(), source="body",
+            import_prometheus, engine=engine, chunks=[body], source="body",
             batch_rows=settings.ingest_batch_rows)
     except PromParseError as exc:
         raise Problem(400, "Malformed exposition", str(exc), line=exc.line, reason=exc.reason) from None

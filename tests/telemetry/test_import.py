@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import random
+import re
 
 import pytest
 from fastapi.testclient import TestClient
@@ -206,6 +207,82 @@ def test_fast_path_parses_like_the_full_parser() -> None:
     for _ in range(3000):
         ls = [rng.choice(lines) for _ in range(6)]
         assert run(True, ls) == run(False, ls), ls
+
+
+def test_blocks_parse_like_the_line_parser() -> None:
+    """`iter_blocks` (columns for blocks of plain lines, else line by line) gives what the full
+    line parser gives, line numbers and errors included, however the input is cut into chunks."""
+    from service.telemetry.promtext import PromBlock, PromParseError, _parse_line, iter_blocks, parse_series
+
+    lines = ['m{a="1",b="x"} 1 5', 'm{a="1",b="x"} -2.5e3 7', 'm{a="2"} 3 9', "m 4 11", 'm{a="é"} 1 2',
+             'm{a="1"} NaN 3', 'm{a="1"} 1_0 3', 'm{a="1"} 1 +3', 'm{a="1"} 1e999 4', 'm{a="1"} 1 99999999999999999999',
+             'x{a="b c"} 1 5', "x 1", 'x{a="1"} 2} 3', "# c 1 2", "", "x\t1 2", "x 1 2\r", " x 1 2", "x  1 2",
+             "x 1 2 ", "x 1 2 3", "9x 1 2", 'x{a="1",a="2"} 1 2', "x 1 abc", "x abc 1", "x 1 1.5"]
+
+    def reference(text: str) -> list[str]:
+        out: list[str] = []
+        try:
+            for n, raw in enumerate(text.split("\n"), 1):
+                r = _parse_line(raw, n, "body", {})
+                if r is not None:
+                    out.append(repr((r[0], r[1].name, r[1].labels, r[2], r[3], r[4])))
+        except PromParseError as exc:
+            out.append(str(exc))
+        return out
+
+    def blocks(data: bytes, cuts: list[int], block_bytes: int) -> tuple[list[str], int]:
+        out: list[str] = []
+        columns = 0
+        chunks = [data[i:j] for i, j in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+        try:
+            for item in iter_blocks(chunks, "body", block_bytes):
+                if isinstance(item, PromBlock):
+                    columns += 1
+                    for i, (s, v, t) in enumerate(zip(item.series, item.values.tolist(), item.ts_ms.tolist(),
+                                                      strict=True)):
+                        out.append(repr((s, *parse_series(s), v, t, item.first_line + i)))
+                else:
+                    s, p, v, t, n = item
+                    out.append(repr((s, p.name, p.labels, v, t, n)))
+        except PromParseError as exc:
+            out.append(str(exc))
+        return out, columns
+
+    rng = random.Random(5)
+    column_blocks = 0
+    for _ in range(1500):
+        plain = rng.random() < 0.5  # half the inputs are all plain lines, so that blocks take the column path
+        text = "\n".join(rng.choice(lines[:5] if plain else lines) for _ in range(rng.randint(1, 12)))
+        text += rng.choice(["", "\n"])
+        data = text.encode()
+        cuts = sorted(rng.sample(range(1, len(data)), min(3, len(data) - 1))) if len(data) > 1 else []
+        got, columns = blocks(data, cuts, rng.choice([1, 16, 64, 1 << 20]))
+        assert got == reference(text), text
+        column_blocks += columns
+    assert column_blocks > 500  # the column path was taken, not only the line-by-line one
+
+
+def test_plain_label_sets_parse_like_the_general_label_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.telemetry import promtext
+
+    parts = ['a="1"', 'b=""', 'a="2"', 'c_1="x,y"', 'd="q\\"z"', 'e="s p"', ' f="1"', 'g="1" ', "h=1", ",", "}"]
+    rng = random.Random(7)
+    texts = ["m{" + ",".join(rng.choice(parts) for _ in range(rng.randint(0, 4))) + rng.choice(["", ","]) + "}"
+             for _ in range(3000)]
+
+    def parse_all() -> list[object]:
+        out: list[object] = []
+        for t in texts:
+            try:
+                out.append(promtext._parse_series(t))
+            except ValueError as exc:
+                out.append(str(exc))
+        return out
+
+    fast = parse_all()
+    monkeypatch.setattr(promtext, "_PLAIN_BODY_RE", re.compile(r"(?!)"))  # never plain: the general parser
+    assert fast == parse_all()
+    assert sum(isinstance(r, tuple) for r in fast) > 300
 
 
 def test_pushes_follow_the_inventory_after_a_device_is_removed_and_added_again(client: TestClient,
