@@ -32,8 +32,10 @@ class Series(Base):
     __tablename__ = "series"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     metric: Mapped[str] = mapped_column(String(96))
-    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"))
-    port_id: Mapped[int | None] = mapped_column(ForeignKey("ports.id", ondelete="CASCADE"))
+    # devices.id and ports.id without foreign keys: per-row checks cost more than storing the rows.
+    # Triggers on devices and ports delete their series (migration 0080); ingest locks the parents.
+    device_id: Mapped[int] = mapped_column(Integer)
+    port_id: Mapped[int | None] = mapped_column(Integer)
     lane: Mapped[int | None] = mapped_column(SmallInteger)
     priority: Mapped[int | None] = mapped_column(SmallInteger)
     gpu: Mapped[int | None] = mapped_column(SmallInteger)
@@ -43,6 +45,7 @@ class Series(Base):
         UniqueConstraint("metric", "device_id", "port_id", "lane", "priority", "gpu",
                          name="series_identity", postgresql_nulls_not_distinct=True),
         Index("series_device_metric", "device_id", "metric"),
+        Index("series_port", "port_id"),
     )
 
 
