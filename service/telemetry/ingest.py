@@ -372,8 +372,7 @@ class Ingestor:
         if None in found:  # series not seen by this ingestor yet
             for i, index in enumerate(found):
                 if index is None:
-                    series = block.series[i]
-                    index = self._text_slot(series, block.first_line + i, parse_series(series))
+                    index = self._text_slot(block.series[i], block.first_line + i)
                     found[i] = -1 if index is None else index  # None: refused (and counted) line
         idx = np.array(found, np.int64)
         values, ts_ms = block.values, block.ts_ms
@@ -383,14 +382,18 @@ class Ingestor:
         self._maybe_resolve()
         self._route(idx, ts_ms, values)
 
-    def _text_slot(self, series: str, lineno: int, parsed: tuple[str, tuple[tuple[str, str], ...]]) -> int | None:
-        """The slot index for a `name{labels}` text; None (and counted) if a label is not an integer."""
+    def _text_slot(self, series: str, lineno: int,
+                   parsed: tuple[str, tuple[tuple[str, str], ...]] | None = None) -> int | None:
+        """The slot index for a valid `name{labels}` text (parsed here unless given); None (and
+        counted) if a label is not an integer."""
         index = self._by_text.get(series)
         if index is not None:
             return index
         key = _VALID_KEYS.get(series)
-        if key is None:
-            name, label_pairs = parsed
+        if key is not None:
+            slot = self._by_key.get(key) or self._new_slot(key)
+        else:
+            name, label_pairs = parsed or parse_series(series)
             labels = dict(label_pairs)
             try:
                 key = (name, labels.get("device", ""), labels.get("port"), _int_label(labels, "lane"),
@@ -399,9 +402,9 @@ class Ingestor:
                 self.report.received += 1
                 self.report.invalid[f"line {lineno}: {exc}"] += 1
                 return None
-        slot = self._by_key.get(key) or self._new_slot(key)
-        if key in _VALID:
-            _remember(_VALID_KEYS, series, key)
+            slot = self._by_key.get(key) or self._new_slot(key)
+            if key in _VALID:
+                _remember(_VALID_KEYS, series, key)
         self._by_text[series] = slot.index
         return slot.index
 
@@ -607,18 +610,28 @@ class Ingestor:
                 self._copy_stack.__exit__(type(exc), exc, exc.__traceback__)
 
     def _move_staged(self) -> None:
-        """Move staged rows with ON CONFLICT DO NOTHING: what conflicts is a duplicate."""
+        """Store staged rows, which may repeat stored ones. Polls and pushes bring new timestamps, so
+        first a plain COPY under a savepoint; if a row is already stored that fails on the primary
+        key, and the rows go through a temp table and ON CONFLICT DO NOTHING: what conflicts is a
+        duplicate."""
         staged_rows = len(self._staged) // _ROW_BYTES
         if not staged_rows:
             return
         self._free_connection()
         with self._raw.cursor() as cur:
-            with cur.copy(_STAGE_COPY) as copy:
-                copy.write(_COPY_HEADER)
-                copy.write(self._staged)
-                copy.write(_COPY_TRAILER)
-            written = cur.execute(_MOVE_SQL).rowcount
-            cur.execute("TRUNCATE samples_stage")
+            try:
+                with self._raw.transaction(), cur.copy(_SAMPLES_COPY) as copy:
+                    copy.write(_COPY_HEADER)
+                    copy.write(self._staged)
+                    copy.write(_COPY_TRAILER)
+                written = staged_rows
+            except psycopg.errors.UniqueViolation:
+                with cur.copy(_STAGE_COPY) as copy:
+                    copy.write(_COPY_HEADER)
+                    copy.write(self._staged)
+                    copy.write(_COPY_TRAILER)
+                written = cur.execute(_MOVE_SQL).rowcount
+                cur.execute("TRUNCATE samples_stage")
         self.report.written += written
         self.report.duplicates += staged_rows - written
         self._staged.clear()
