@@ -11,9 +11,10 @@ Rows take one of two routes into `samples`:
   fills in order. During `add_prom_blocks` that COPY stays open while the caller keeps
   parsing, so the server stores rows in parallel with the parser;
 - staged: rows of series that existed before, and a timestamp that does not increase
-  within the input (possibly a duplicate), go through a temp table and INSERT .. ON
-  CONFLICT DO NOTHING, so a re-import (or a retried Celery task) stores no duplicates and
-  the report counts them.
+  within the input (possibly a duplicate), are first tried with a plain COPY under a
+  savepoint (polls bring new timestamps); if one is stored already, they go through a
+  temp table and INSERT .. ON CONFLICT DO NOTHING, so a re-import (or a retried Celery
+  task) stores no duplicates and the report counts them.
 
 Each distinct series gets a slot on first sight. New slots are resolved in bulk (devices
 and ports looked up, series created); during `add_prom_blocks` that happens on one worker
@@ -619,6 +620,7 @@ class Ingestor:
         staged_rows = len(self._staged) // _ROW_BYTES
         if not staged_rows:
             return
+        self._send_direct(force=True)  # first the direct rows that staged ones may repeat
         self._free_connection()
         with self._raw.cursor() as cur:
             try:

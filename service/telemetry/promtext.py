@@ -107,17 +107,12 @@ def _parse_value(tok: str) -> float:
 
 
 class ParsedSeries:
-    """A parsed `name{labels}`; one object per distinct series text of a stream.
+    """A parsed `name{labels}`; one object per distinct series text of a stream."""
 
-    `tag` is never read by the parser: a consumer may keep what it made of the series
-    there (the ingestor keeps its series slot), which saves a second lookup per line.
-    """
-
-    __slots__ = ("labels", "name", "tag")
+    __slots__ = ("labels", "name")
 
     def __init__(self, name: str, labels: tuple[tuple[str, str], ...]) -> None:
         self.name, self.labels = name, labels
-        self.tag: object = None
 
 
 # What `iter_samples` yields per sample line: the raw `name{labels}` text, its parsed form,

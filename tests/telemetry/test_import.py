@@ -157,6 +157,20 @@ def test_duplicates_inside_one_file_are_stored_once(client: TestClient, db: Engi
     assert rows == [3.0, 1.0, 2.0, 4.0]  # the first value of a repeated timestamp wins
 
 
+def test_a_file_repeating_its_own_rows_stores_each_once_when_batches_are_small(db: Engine) -> None:
+    # Repeats of new series' rows are staged while the rows they repeat may still wait in the
+    # direct buffer; staged rows must never reach the table before those.
+    from service.telemetry.service import import_prometheus
+
+    add_hosts(db, 1)
+    rows = [f'port_tx_bytes_total{{device="h-000",port="eth{p}"}} {i} {T0 + i * STEP}' for p in range(4)
+            for i in range(500)]
+    body = ("\n".join(rows + rows) + "\n").encode()
+    report = import_prometheus(engine=db, chunks=[body], batch_rows=100)
+    assert (report.written, report.duplicates) == (2000, 2000)
+    assert _count(db, "samples") == 2000
+
+
 def test_malformed_line_after_100k_good_ones_writes_nothing(client: TestClient, db: Engine) -> None:
     # By line 100k rows have been streamed into `samples` (and series created); the error
     # must still leave nothing behind.
