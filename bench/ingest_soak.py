@@ -200,7 +200,9 @@ async def push_loop(base: str, devices: list[tuple[str, str, int]], stop_at: flo
     """Every INTERVAL_S, each device pushes one poll; open loop (a late interval still starts on time)."""
     expos = [Exposition(n, r, p, i) for i, (n, r, p) in enumerate(devices)]
     sem = asyncio.Semaphore(concurrency)
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    # idle connections are dropped before uvicorn's 5 s keep-alive timeout closes them, so a push never
+    # races the server's close (a ReadError with no response)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency, keepalive_expiry=4.0)
     async with httpx.AsyncClient(base_url=base, timeout=120, limits=limits) as client:
         async def one(e: Exposition, ts_ms: int) -> None:
             body = e.text(ts_ms)

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from service.telemetry import catalogue
 from service.telemetry.partitions import ensure_partitions
@@ -46,6 +46,7 @@ from service.telemetry.samples import Sample
 # (metric, device, port, lane, priority, gpu)
 SeriesKey = tuple[str, str, str | None, int | None, int | None, int | None]
 
+# staging tables of the ON CONFLICT fallbacks, made on first use (per connection)
 _STAGE_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS samples_stage (series_id int NOT NULL, ts timestamptz NOT NULL, "
     "value float8 NOT NULL) ON COMMIT DELETE ROWS",
@@ -269,6 +270,7 @@ class _Resolver:
             return [(sid, True) for sid in ids]
         except psycopg.errors.UniqueViolation:
             pass
+        _stage_tables(cur)
         payload = "".join([f"{m}\t{d}\t{_txt(p)}\t{_txt(ln)}\t{_txt(pr)}\t{_txt(g)}\t{_txt(b)}\t"
                            f"{'t' if sat else 'f'}\t{o}\n" for m, d, p, ln, pr, g, b, sat, o in rows])
         with cur.copy(_SERIES_COPY) as copy:
@@ -308,7 +310,8 @@ class Ingestor:
         self._created = np.empty(0, bool)
         self._last_ts = np.empty(0, np.int64)
         self._pending: list[_Slot] = []
-        self._worker: ThreadPoolExecutor | None = None  # set while streaming
+        self._streaming = False  # inside add_prom_blocks: COPY kept open, rounds on a worker thread
+        self._worker: ThreadPoolExecutor | None = None  # started by the first round while streaming
         self._inflight: tuple[Future[list[_Outcome]], list[_Slot]] | None = None
         self._rows = _Rows()  # added one by one, not yet routed
         self._held: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # waiting for their series
@@ -318,8 +321,6 @@ class Ingestor:
         self._copy: psycopg.Copy | None = None
         self._copy_stack = ExitStack()
         self._days: set[int] = set()
-        for ddl in _STAGE_DDL:
-            conn.execute(text(ddl))
 
     # -- adding -----------------------------------------------------------------------
     def add(self, s: Sample) -> None:
@@ -343,7 +344,7 @@ class Ingestor:
         The COPY into `samples` stays open and new series resolve on a worker thread for the
         duration of this call; both are closed (or aborted, on any error) before it returns.
         """
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="ingest-resolve")
+        self._streaming = True
         lines = 0
         try:
             for item in items:
@@ -363,8 +364,10 @@ class Ingestor:
             self._abort(exc)
             raise
         finally:
-            self._worker.shutdown(wait=True)
-            self._worker = None
+            self._streaming = False
+            if self._worker is not None:
+                self._worker.shutdown(wait=True)
+                self._worker = None
 
     def _add_block(self, block: PromBlock) -> None:
         # partitions first: while a round of new series (started below) holds the connection they
@@ -545,10 +548,12 @@ class Ingestor:
             slots, self._pending = self._pending, []
             wanted = [(s.key, s.bits, s.saturating) for s in slots]
             self._close_copy()
-            if self._worker is None or force:
+            if not self._streaming or force:
                 self._record(slots, self._resolver.resolve(wanted))
                 resolved = True
             else:
+                if self._worker is None:
+                    self._worker = ThreadPoolExecutor(1, thread_name_prefix="ingest-resolve")
                 self._inflight = (self._worker.submit(self._resolver.resolve, wanted), slots)
         if resolved and self._held:
             held, self._held, self._held_rows = self._held, [], 0
@@ -590,8 +595,8 @@ class Ingestor:
             self._copy.write(_COPY_HEADER)
         self._copy.write(self._direct)
         self.report.written += len(self._direct) // _ROW_BYTES
-        self._direct.clear()  # in place: the streaming loop holds an alias
-        if self._worker is None:
+        self._direct.clear()
+        if not self._streaming:
             self._close_copy()
         return True
 
@@ -630,6 +635,7 @@ class Ingestor:
                     copy.write(_COPY_TRAILER)
                 written = staged_rows
             except psycopg.errors.UniqueViolation:
+                _stage_tables(cur)
                 with cur.copy(_STAGE_COPY) as copy:
                     copy.write(_COPY_HEADER)
                     copy.write(self._staged)
@@ -692,6 +698,11 @@ def _int_label(labels: dict[str, str], name: str) -> int | None:
         return int(v)
     except ValueError:
         raise ValueError(f"label {name}={v!r} is not an integer") from None
+
+
+def _stage_tables(cur: psycopg.Cursor[Any]) -> None:
+    for ddl in _STAGE_DDL:
+        cur.execute(ddl)
 
 
 def _txt(v: int | None) -> str:
