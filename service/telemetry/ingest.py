@@ -236,7 +236,6 @@ class _Resolver:
                         _remember(self._known, wanted[row[-1]][0], sid)
         return [o for o in outcomes if o is not None]
 
-
     @staticmethod
     def _lock_parents(cur: psycopg.Cursor[Any], rows: list[tuple[Any, ...]]) -> None:
         """Lock the devices and ports that new series name until commit, as foreign keys would (series
@@ -261,9 +260,9 @@ class _Resolver:
         a wait for the GIL too, so few large writes beat many small ones.
         """
         ids = cur.execute(_SERIES_IDS_SQL, [len(rows)]).fetchone()[0]
-        payload = "".join([f"{sid}\t{m}\t{d}\t{_txt(p)}\t{_txt(ln)}\t{_txt(pr)}\t{_txt(g)}\t{_txt(b)}\t"
-                           f"{'t' if sat else 'f'}\n"
-                           for sid, (m, d, p, ln, pr, g, b, sat, _) in zip(ids, rows, strict=True)])
+        lines = [f"{m}\t{d}\t{_txt(p)}\t{_txt(ln)}\t{_txt(pr)}\t{_txt(g)}\t{_txt(b)}\t{'t' if sat else 'f'}"
+                 for m, d, p, ln, pr, g, b, sat, _ in rows]
+        payload = "".join([f"{sid}\t{line}\n" for sid, line in zip(ids, lines, strict=True)])
         try:
             with self.raw.transaction(), cur.copy(_SERIES_DIRECT_COPY) as copy:
                 copy.write(payload)
@@ -271,8 +270,7 @@ class _Resolver:
         except psycopg.errors.UniqueViolation:
             pass
         _stage_tables(cur)
-        payload = "".join([f"{m}\t{d}\t{_txt(p)}\t{_txt(ln)}\t{_txt(pr)}\t{_txt(g)}\t{_txt(b)}\t"
-                           f"{'t' if sat else 'f'}\t{o}\n" for m, d, p, ln, pr, g, b, sat, o in rows])
+        payload = "".join([f"{line}\t{row[-1]}\n" for line, row in zip(lines, rows, strict=True)])
         with cur.copy(_SERIES_COPY) as copy:
             copy.write(payload)
         new = {tuple(r[1:]): r[0] for r in cur.execute(_NEW_SERIES_SQL).fetchall()}
@@ -467,7 +465,8 @@ class Ingestor:
     # -- routing ----------------------------------------------------------------------
     def _route(self, idx: np.ndarray, ts_ms: np.ndarray, values: np.ndarray) -> None:
         """Put rows (slot index, timestamp, value) into the direct or staged buffer, count
-        what is refused, and hold rows whose series is not resolved yet."""
+        what is refused, and hold rows whose series is not resolved yet. The callers have made
+        sure the rows' day partitions exist (`_ensure_partitions`) when the rows came in."""
         sid = self._sid[idx]
         waiting = sid == _UNRESOLVED
         if waiting.any():
@@ -492,7 +491,6 @@ class Ingestor:
             idx, ts_ms, values, sid = idx[ok], ts_ms[ok], values[ok], sid[ok]
         if not len(idx):
             return
-        self._ensure_partitions(ts_ms)
         # Sorted by (series, time): the (series_id, ts) key is then filled in order. The sort
         # is stable, so of two rows with one timestamp the first stays first (and is kept).
         order = np.lexsort((ts_ms, sid))
@@ -629,17 +627,12 @@ class Ingestor:
         self._free_connection()
         with self._raw.cursor() as cur:
             try:
-                with self._raw.transaction(), cur.copy(_SAMPLES_COPY) as copy:
-                    copy.write(_COPY_HEADER)
-                    copy.write(self._staged)
-                    copy.write(_COPY_TRAILER)
+                with self._raw.transaction():
+                    _copy_rows(cur, _SAMPLES_COPY, self._staged)
                 written = staged_rows
             except psycopg.errors.UniqueViolation:
                 _stage_tables(cur)
-                with cur.copy(_STAGE_COPY) as copy:
-                    copy.write(_COPY_HEADER)
-                    copy.write(self._staged)
-                    copy.write(_COPY_TRAILER)
+                _copy_rows(cur, _STAGE_COPY, self._staged)
                 written = cur.execute(_MOVE_SQL).rowcount
                 cur.execute("TRUNCATE samples_stage")
         self.report.written += written
@@ -698,6 +691,14 @@ def _int_label(labels: dict[str, str], name: str) -> int | None:
         return int(v)
     except ValueError:
         raise ValueError(f"label {name}={v!r} is not an integer") from None
+
+
+def _copy_rows(cur: psycopg.Cursor[Any], sql: str, rows: bytes | bytearray) -> None:
+    """One whole binary COPY of packed rows."""
+    with cur.copy(sql) as copy:
+        copy.write(_COPY_HEADER)
+        copy.write(rows)
+        copy.write(_COPY_TRAILER)
 
 
 def _stage_tables(cur: psycopg.Cursor[Any]) -> None:
