@@ -60,7 +60,8 @@ _MOVE_SQL = ("INSERT INTO samples (series_id, ts, value) SELECT series_id, ts, v
 _SERIES_COPY = ("COPY series_stage (metric, device_id, port_id, lane, priority, gpu, counter_bits, saturating, "
                 "ord) FROM STDIN")
 # one row each (an array): far cheaper to load than a row per id
-_ALIVE_SQL = "SELECT array(SELECT id FROM series WHERE id = ANY(%s))"
+_ALIVE_SQL = "SELECT array(SELECT id FROM series WHERE id = ANY(%s::int[]))"
+_COUNT_ALIVE_SQL = "SELECT count(*) FROM series WHERE id = ANY(%s::int[])"
 _SERIES_IDS_SQL = "SELECT array(SELECT nextval('series_id_seq') FROM generate_series(1, %s))"
 _SERIES_DIRECT_COPY = ("COPY series (id, metric, device_id, port_id, lane, priority, gpu, counter_bits, saturating) "
                        "FROM STDIN")
@@ -130,7 +131,6 @@ class _Slot:
 
     key: SeriesKey
     index: int
-    rejection: tuple[Counter[str], str] | None = None
     bits: int | None = None
     saturating: bool = False
 
@@ -146,15 +146,15 @@ class _Outcome:
 
 
 class _KnownSeries:
-    """Series ids this process has resolved before, per database: collectors and pushes repeat the
-    same series every poll. A hit is only a hint: `_Resolver` checks that the id still exists (a
-    device or port leaving the inventory deletes its series) with one index probe per round,
-    instead of staging the keys and joining them against `series`."""
+    """Series ids this process has resolved before, per database, by key or by exposition text:
+    collectors and pushes repeat the same series every poll. A hit is only a hint: the id is
+    checked to still exist (a device or port leaving the inventory deletes its series) with one
+    probe per round, instead of staging the keys and joining them against `series`."""
 
     def __init__(self) -> None:
-        self._by_db: dict[str, dict[SeriesKey, int]] = {}
+        self._by_db: dict[str, dict[Any, int]] = {}
 
-    def of(self, database: str) -> dict[SeriesKey, int]:
+    def of(self, database: str) -> dict[Any, int]:
         ids = self._by_db.get(database)
         if ids is None:
             if len(self._by_db) >= 8:  # tests and tools that switch databases
@@ -163,7 +163,8 @@ class _KnownSeries:
         return ids
 
 
-_KNOWN = _KnownSeries()
+_KNOWN = _KnownSeries()  # SeriesKey -> id
+_KNOWN_TEXTS = _KnownSeries()  # `name{labels}` text -> id
 
 # Pure functions of the text, kept process-wide because pushes repeat the same series every poll:
 # keys that pass the catalogue check (`Ingestor._check`), and exposition text -> such a key.
@@ -186,21 +187,32 @@ class _Resolver:
         self._devices: dict[str, int] | None = None
         self._ports: dict[int, dict[str, int]] = {}
         info = raw.info
-        self._known = _KNOWN.of(f"{info.host}:{info.port}/{info.dbname}")
+        database = f"{info.host}:{info.port}/{info.dbname}"
+        self.known: dict[SeriesKey, int] = _KNOWN.of(database)
+        self.known_texts: dict[str, int] = _KNOWN_TEXTS.of(database)
+
+    def alive(self, sids: list[int]) -> set[int] | None:
+        """Which of these series ids still exist; None if all do (the common case, one count)."""
+        ids = "{" + ",".join(map(str, sids)) + "}"  # far cheaper than psycopg's per-element list dumper
+        with self.raw.cursor() as cur:
+            if cur.execute(_COUNT_ALIVE_SQL, [ids]).fetchone()[0] == len(set(sids)):
+                return None
+            return set(cur.execute(_ALIVE_SQL, [ids]).fetchone()[0])
 
     def resolve(self, wanted: list[tuple[SeriesKey, int | None, bool]]) -> list[_Outcome]:
         """Outcomes for (key, counter_bits, saturating), in order; creates missing series."""
-        known = self._known
+        known = self.known
         hints = [known.get(k) for k, _, _ in wanted]
         hinted = [sid for sid in hints if sid is not None]
         if hinted:
-            with self.raw.cursor() as cur:
-                alive = set(cur.execute(_ALIVE_SQL, [hinted]).fetchone()[0])
-            if len(alive) == len(hints):  # every key known and alive: the steady state of a poller
+            alive = self.alive(hinted)
+            if alive is None and len(hinted) == len(hints):  # every key known and alive
                 return [_Outcome(sid) for sid in hinted]  # type: ignore[arg-type]
-            rest = [w for w, sid in zip(wanted, hints, strict=True) if sid is None or sid not in alive]
+            rest = [w for w, sid in zip(wanted, hints, strict=True)
+                    if sid is None or (alive is not None and sid not in alive)]
             found = iter(self._resolve(rest))
-            return [_Outcome(sid) if sid is not None and sid in alive else next(found) for sid in hints]
+            return [_Outcome(sid) if sid is not None and (alive is None or sid in alive) else next(found)
+                    for sid in hints]
         return self._resolve(wanted)
 
     def _resolve(self, wanted: list[tuple[SeriesKey, int | None, bool]]) -> list[_Outcome]:
@@ -233,7 +245,7 @@ class _Resolver:
                 for row, (sid, created) in zip(to_create, self._create(cur, to_create), strict=True):
                     outcomes[row[-1]] = _Outcome(sid, created=created)
                     if not created:  # committed by someone; ours may still roll back
-                        _remember(self._known, wanted[row[-1]][0], sid)
+                        _remember(self.known, wanted[row[-1]][0], sid)
         return [o for o in outcomes if o is not None]
 
     @staticmethod
@@ -299,9 +311,11 @@ class Ingestor:
         self.report = IngestReport()
         self._raw: psycopg.Connection[Any] = conn.connection.driver_connection  # type: ignore[assignment]
         self._resolver = _Resolver(self._raw)
-        self._slots: list[_Slot] = []
+        self._nslots = 0
         self._by_key: dict[SeriesKey, _Slot] = {}
+        self._rejections: dict[int, tuple[Counter[str], str]] = {}  # slot index -> (report bucket, label)
         self._by_text: dict[str, int] = {}  # exposition text -> slot index
+        self._unhinted: list[str] = []  # texts given slots one by one (`_text_slot`)
         # per slot, by index: series id (or _UNRESOLVED / _REJECTED), created by this
         # transaction, newest timestamp sent direct
         self._sid = np.empty(0, np.int64)
@@ -373,6 +387,8 @@ class Ingestor:
         self._ensure_partitions(block.ts_ms)
         by_text = self._by_text
         found = list(map(by_text.get, block.series))
+        if None in found and self._adopt_known(block.series, found):
+            found = list(map(by_text.get, block.series))
         if None in found:  # series not seen by this ingestor yet
             for i, index in enumerate(found):
                 if index is None:
@@ -385,6 +401,38 @@ class Ingestor:
             idx, values, ts_ms = idx[keep], values[keep], ts_ms[keep]
         self._maybe_resolve()
         self._route(idx, ts_ms, values)
+
+    def _adopt_known(self, texts: list[str], found: list[int | None]) -> bool:
+        """Give slots in bulk to texts whose series this process resolved before and that still
+        exist: a poller's pushes repeat the same series, and one count probe per block checks them
+        all. True if any were adopted; the rest take the one-by-one path (`_text_slot`)."""
+        known = self._resolver.known_texts
+        new = dict.fromkeys([t for t, index in zip(texts, found, strict=True) if index is None])
+        hinted = [(t, sid) for t, sid in zip(new, map(known.get, new), strict=True) if sid is not None]
+        if not hinted:
+            return False
+        self._free_connection()
+        alive = self._resolver.alive([sid for _, sid in hinted])
+        if alive is not None:
+            for t, sid in hinted:
+                if sid not in alive:
+                    del known[t]
+            hinted = [(t, sid) for t, sid in hinted if sid in alive]
+        start = self._alloc(len(hinted))
+        self._sid[start:self._nslots] = [sid for _, sid in hinted]
+        self._by_text.update(zip([t for t, _ in hinted], range(start, self._nslots), strict=True))
+        return bool(hinted)
+
+    def _alloc(self, n: int) -> int:
+        """Allocate n slots (unresolved); the first one's index."""
+        start = self._nslots
+        self._nslots += n
+        if self._nslots > len(self._sid):  # grow the per-slot arrays
+            grow = max(1024, len(self._sid), self._nslots - len(self._sid))
+            self._sid = np.append(self._sid, np.full(grow, _UNRESOLVED, np.int64))
+            self._created = np.append(self._created, np.zeros(grow, bool))
+            self._last_ts = np.append(self._last_ts, np.full(grow, _NO_TS, np.int64))
+        return start
 
     def _text_slot(self, series: str, lineno: int,
                    parsed: tuple[str, tuple[tuple[str, str], ...]] | None = None) -> int | None:
@@ -410,6 +458,7 @@ class Ingestor:
             if key in _VALID:
                 _remember(_VALID_KEYS, series, key)
         self._by_text[series] = slot.index
+        self._unhinted.append(series)
         return slot.index
 
     def _add(self, index: int, ts_ms: int, value: float) -> None:
@@ -426,21 +475,15 @@ class Ingestor:
             self._route(idx, ts_ms, values)
 
     def _new_slot(self, key: SeriesKey) -> _Slot:
-        slot = _Slot(key, len(self._slots))
-        self._slots.append(slot)
+        slot = _Slot(key, self._alloc(1))
         self._by_key[key] = slot
-        if slot.index == len(self._sid):  # grow the per-slot arrays
-            grow = max(1024, len(self._sid))
-            self._sid = np.append(self._sid, np.full(grow, _UNRESOLVED, np.int64))
-            self._created = np.append(self._created, np.zeros(grow, bool))
-            self._last_ts = np.append(self._last_ts, np.full(grow, _NO_TS, np.int64))
         rejection = None
         if key not in _VALID:
             rejection = self._check(key)
             if rejection is None:
                 _remember(_VALID, key, key)
         if rejection is not None:
-            self._sid[slot.index], slot.rejection = _REJECTED, rejection
+            self._sid[slot.index], self._rejections[slot.index] = _REJECTED, rejection
         else:
             self._pending.append(slot)
             if len(self._pending) % _RESOLVE_MIN_SLOTS == 0:
@@ -482,7 +525,7 @@ class Ingestor:
         if rejected.any():
             slots, counts = np.unique(idx[rejected], return_counts=True)
             for index, count in zip(slots.tolist(), counts.tolist(), strict=True):
-                bucket, label = self._slots[index].rejection  # type: ignore[misc]
+                bucket, label = self._rejections[index]
                 bucket[label] += count
         finite = np.isfinite(values)
         r.skipped_nan += int(np.count_nonzero(~finite & ~rejected))
@@ -567,7 +610,7 @@ class Ingestor:
         for slot, o in zip(slots, outcomes, strict=True):
             if o.sid is None:
                 bucket = r.unknown_devices if o.unknown == "device" else r.unknown_ports
-                self._sid[slot.index], slot.rejection = _REJECTED, (bucket, o.label)
+                self._sid[slot.index], self._rejections[slot.index] = _REJECTED, (bucket, o.label)
             else:
                 self._sid[slot.index], self._created[slot.index] = o.sid, o.created
 
@@ -649,7 +692,22 @@ class Ingestor:
 
     def finish(self) -> IngestReport:
         self.flush()
+        self._remember_texts()
         return self.report
+
+    def _remember_texts(self) -> None:
+        """Remember the texts that were resolved one by one, for `_adopt_known` next time: those of
+        series that existed before this transaction (which may still roll back its own)."""
+        if not self._unhinted:
+            return
+        texts, self._unhinted = self._unhinted, []
+        index = np.fromiter(map(self._by_text.__getitem__, texts), np.int64, len(texts))
+        sid = self._sid[index]
+        keep = (sid >= 0) & ~self._created[index]
+        known = self._resolver.known_texts
+        if len(known) + len(texts) > SHARED_CACHE_LIMIT:
+            known.clear()
+        known.update(zip(np.array(texts, object)[keep].tolist(), sid[keep].tolist(), strict=True))
 
 
 class _Rows:

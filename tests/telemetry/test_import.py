@@ -12,6 +12,7 @@ from sqlalchemy import Engine, text
 
 from service.api.app import create_app
 from service.config import load_settings
+from service.telemetry import ingest
 from tests.factories import add_hosts
 
 T0 = 1_764_500_000_000  # 2025-11-30T10:53:20Z, in ms
@@ -318,12 +319,20 @@ def test_pushes_follow_the_inventory_after_a_device_is_removed_and_added_again(c
                 "LEFT JOIN samples x ON x.series_id = s.id WHERE d.name = :h GROUP BY s.id"), {"h": host}).all())
 
     assert push(1)["written"] == 2 and push(2)["written"] == 2  # the second push resolves from the cache
+    texts = [f'port_rx_bytes_total{{device="{host}",port="eth{p}"}}' for p in range(2)]
+    assert all(t in known for known in ingest._KNOWN_TEXTS._by_db.values() for t in texts)
+    assert push(3)["written"] == 2  # adopted by text, checked alive in one probe
     before = stored()
-    assert sorted(before.values()) == [2, 2]
+    assert sorted(before.values()) == [3, 3]
+    with db.begin() as conn:  # one port leaves: its series goes, the other's cached id stays good
+        conn.execute(text("DELETE FROM ports WHERE name = 'eth1' AND device_id = "
+                          "(SELECT id FROM devices WHERE name = :h)"), {"h": host})
+    report = push(4)
+    assert report["written"] == 1 and report["unknown_ports"] == {f"{host}:eth1": 1}
     with db.begin() as conn:  # the device leaves the inventory (its series cascade), then comes back
         conn.execute(text("DELETE FROM devices WHERE name = :h"), {"h": host})
-    assert push(3)["unknown_devices"] == {host: 2}  # rejections are never cached
+    assert push(5)["unknown_devices"] == {host: 2}  # rejections are never cached
     add_hosts(db, 1, ports=2, prefix="cache")
-    assert push(4)["written"] == 2
+    assert push(6)["written"] == 2
     after = stored()
     assert sorted(after.values()) == [1, 1] and not set(after) & set(before)  # new series, rows under them
