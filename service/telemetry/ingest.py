@@ -39,7 +39,7 @@ import psycopg
 from sqlalchemy import Connection
 
 from service.telemetry import catalogue
-from service.telemetry.partitions import ensure_partitions
+from service.telemetry.partitions import ensure_partitions, missing_days
 from service.telemetry.promtext import SHARED_CACHE_LIMIT, PromBlock, PromSample, parse_series
 from service.telemetry.samples import Sample
 
@@ -564,9 +564,10 @@ class Ingestor:
         days = set(np.unique(ts_ms // _DAY_MS).tolist()) - self._days
         if days:
             self._free_connection()
-            for day in sorted(days):
-                d = datetime.fromtimestamp(day * _DAY_MS / 1000, tz=UTC).date()
-                ensure_partitions(self.conn, d, d)
+            dates = [datetime.fromtimestamp(day * _DAY_MS / 1000, tz=UTC).date() for day in sorted(days)]
+            with self._raw.cursor() as cur:
+                for d in missing_days(cur, dates):
+                    ensure_partitions(self.conn, d, d)
             self._days |= days
 
     # -- resolution -------------------------------------------------------------------

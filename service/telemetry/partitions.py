@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
+import psycopg
 from sqlalchemy import Connection, text
 
 _NAME_RE = re.compile(r"^samples_p(\d{8})$")
@@ -13,6 +15,15 @@ _LOCK_KEY = 74_201_100  # advisory lock so concurrent ingests don't race on CREA
 
 def partition_name(day: date) -> str:
     return f"samples_p{day:%Y%m%d}"
+
+
+_MISSING_SQL = ("SELECT array(SELECT d FROM unnest(%s::date[]) d "
+                "WHERE to_regclass('samples_p' || to_char(d, 'YYYYMMDD')) IS NULL)")
+
+
+def missing_days(cur: psycopg.Cursor[Any], days: list[date]) -> list[date]:
+    """The days among these without a partition: one cheap statement, for ingest's every batch."""
+    return cur.execute(_MISSING_SQL, [days]).fetchone()[0]  # type: ignore[index]
 
 
 def existing_partitions(conn: Connection) -> dict[date, str]:
