@@ -4,20 +4,61 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from typer.core import TyperGroup
+from typer.main import get_command
 
 from service.config import Settings, SettingsError, load_settings
 
+
+class _LazyGroup(TyperGroup):
+    """The top-level group. Command sets that import much of the service load only when named,
+    so `fabricwatch import` and `host collect` (run on every GPU host each poll) start without them."""
+
+    # name -> (module whose `app` it is, that app's command, or None for the whole app)
+    LAZY: dict[str, tuple[str, str | None]] = {
+        "inventory": ("service.inventory.cli", None),
+        "detect": ("service.detection.cli", "detect"),
+        "backtest": ("service.detection.cli", "backtest"),
+        "nccl": ("service.nccl.cli", None),
+        "sim": ("simulator.cli", None),  # optional: not in slim deployments
+    }
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*super().list_commands(ctx), *(n for n in self.LAZY if self._load(n) is not None)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.LAZY:
+            return self._load(cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    @classmethod
+    def _load(cls, name: str) -> click.Command | None:
+        module, command = cls.LAZY[name]
+        try:
+            group = get_command(importlib.import_module(module).app)
+        except ModuleNotFoundError as exc:
+            if exc.name and module.startswith(exc.name):  # the optional package itself is absent
+                return None
+            raise
+        if command is not None:
+            return group.commands[command]  # type: ignore[attr-defined,no-any-return]
+        group.name = name
+        return group
+
+
 app = typer.Typer(help="fabricwatch: fabric telemetry and anomaly detection for GPU clusters.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False, cls=_LazyGroup)
 db_app = typer.Typer(help="Database schema migrations.", no_args_is_help=True)
 metrics_app = typer.Typer(help="The canonical metric catalogue.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
@@ -348,25 +389,6 @@ def metrics_doc(out: Annotated[Path | None, typer.Option(help="Write here instea
     else:
         sys.stdout.write(text)
 
-
-def _mount_subapps() -> None:
-    from service.inventory.cli import app as inventory_app
-
-    app.add_typer(inventory_app, name="inventory", help="Load, validate and export the inventory.")
-    from service.detection.cli import backtest_command, detect_command
-    from service.nccl.cli import app as nccl_app
-
-    app.command("detect")(detect_command)
-    app.command("backtest")(backtest_command)
-
-    app.add_typer(nccl_app, name="nccl", help="nccl-tests results and busbw baselines.")
-    with contextlib.suppress(ImportError):  # the simulator is optional in slim deployments
-        from simulator.cli import app as sim_app
-
-        app.add_typer(sim_app, name="sim", help="Simulated fabrics, telemetry and faults.")
-
-
-_mount_subapps()
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")

@@ -60,3 +60,21 @@ def test_drain_and_soak_settings_fail_at_start(db_url: str) -> None:
     assert done.returncode == 2 and "FABRICWATCH_DRAIN_MAX_PER_POD" in done.stderr and "'lots'" in done.stderr
     done = _cli("db", "current", env={"FABRICWATCH_DATABASE_URL": db_url, "FABRICWATCH_SOAK_WINDOW_S": "-1"})
     assert done.returncode == 2 and "FABRICWATCH_SOAK_WINDOW_S" in done.stderr
+
+
+def test_command_sets_load_only_when_named() -> None:
+    """`fabricwatch import` and `host collect` start without the inventory, detection, nccl and simulator
+    command sets; naming one (or asking for the top-level help) loads it."""
+    probe = ("import sys; from service.cli import app; app(args=sys.argv[1:], standalone_mode=False); "
+             "print(sorted(m for m in sys.modules if m.endswith('.cli') and m.startswith(('service.', 'simulator.'))))")
+    done = subprocess.run([sys.executable, "-c", probe, "metrics", "doc"], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "['service.cli']"
+    done = subprocess.run([sys.executable, "-c", probe, "--help"], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    for name in ("inventory", "detect", "backtest", "nccl", "sim"):
+        assert f" {name} " in done.stdout, name
+    done = _cli("inventory", "validate", str(REPO / "examples/inventory/small-fabric.yaml"))
+    assert done.returncode == 0, done.stderr
