@@ -26,6 +26,21 @@ def missing_days(cur: psycopg.Cursor[Any], days: list[date]) -> list[date]:
     return cur.execute(_MISSING_SQL, [days]).fetchone()[0]  # type: ignore[index]
 
 
+_SUMMARIZE_SQL = """
+SELECT coalesce(sum(brin_summarize_new_values(x.indexrelid)), 0)::int FROM pg_index x
+JOIN pg_inherits i ON i.inhrelid = x.indexrelid
+WHERE i.inhparent = 'samples_ts_brin'::regclass
+  AND x.indrelid = ANY(ARRAY(SELECT to_regclass(n) FROM unnest(CAST(:names AS text[])) n))"""
+
+
+def summarize_new_ranges(conn: Connection, first: date, last: date) -> int:
+    """Summarize the BRIN ranges on ts not summarized yet in the partitions of [first, last]; the
+    number summarized. Autosummarize does this in autovacuum's own time; a reader of the newest
+    rows (the rollups) calls this first so that its time-range scan skips what it does not need."""
+    names = [partition_name(first + timedelta(days=i)) for i in range((last - first).days + 1)]
+    return conn.execute(text(_SUMMARIZE_SQL), {"names": names}).scalar_one()
+
+
 def existing_partitions(conn: Connection) -> dict[date, str]:
     rows = conn.execute(text(
         "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "

@@ -24,6 +24,7 @@ from sqlalchemy import Connection, Engine, text
 
 from service.telemetry import catalogue
 from service.telemetry.partitions import existing_partitions as raw_partitions
+from service.telemetry.partitions import summarize_new_ranges
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _LOCK_BASE = 74_201_200  # + level index: one runner per level; + 10: partition DDL
@@ -202,6 +203,7 @@ def compute_chunk(conn: Connection, level: Level, lo: datetime, hi: datetime, *,
         params: dict[str, Any] = {"lo": lo, "hi": hi, "prev_lo": lo - timedelta(seconds=max_gap_s),
                                   "max_gap": timedelta(seconds=max_gap_s), "width": width, "origin": EPOCH,
                                   "counters": counters}
+        summarize_new_ranges(conn, params["prev_lo"].date(), hi.date())
         return conn.execute(text(_5M_SQL), params).rowcount
     return conn.execute(text(_1H_SQL), {"lo": lo, "hi": hi, "width": width, "origin": EPOCH}).rowcount
 

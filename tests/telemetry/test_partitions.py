@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from sqlalchemy import Engine, text
 
-from service.telemetry.partitions import drop_expired, ensure_ahead, existing_partitions
+from service.telemetry.partitions import (
+    drop_expired,
+    ensure_ahead,
+    ensure_partitions,
+    existing_partitions,
+    partition_name,
+    summarize_new_ranges,
+)
+from service.telemetry.rollups import L5M, run_level
 from service.telemetry.samples import Sample
 from service.telemetry.service import ingest_samples
 from tests.factories import add_hosts
@@ -30,3 +38,39 @@ def test_ahead_on_demand_and_retention(db: Engine) -> None:
         remaining = existing_partitions(conn)
         assert min(remaining) == today and max(remaining) == today + timedelta(days=3)
         assert conn.execute(text("SELECT count(*) FROM samples")).scalar_one() == 0
+
+
+def test_brin_ranges_are_summarized_before_the_rollups_read(db: Engine) -> None:
+    """A partition's BRIN on ts summarizes filled page ranges by itself (autosummarize, in autovacuum's
+    time), and the 5-minute rollup summarizes whatever is still pending before it reads by time, so its
+    scan skips the ranges outside the chunk instead of reading everything inserted since a vacuum."""
+    day = date(2026, 11, 2)
+    name = partition_name(day)
+    with db.begin() as conn:
+        ensure_partitions(conn, day, day)
+        options = conn.execute(text(
+            "SELECT c.reloptions FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid "
+            "JOIN pg_am a ON a.oid = c.relam WHERE x.indrelid = CAST(:t AS regclass) AND a.amname = 'brin'"),
+            {"t": name}).scalar_one()
+    assert options == ["autosummarize=on"]
+
+    add_hosts(db, 1)
+    t0 = datetime(2026, 11, 2, tzinfo=UTC)
+    ingest_samples(engine=db, samples=[Sample("port_rx_bytes_total", 0, int(t0.timestamp() * 1000), "h-000", "eth0")])
+
+    def fill(hour: int) -> None:  # 60,000 rows of the series in time order: several 128-page ranges
+        with db.begin() as conn:
+            conn.execute(text(
+                f"INSERT INTO {name} (series_id, ts, value) SELECT (SELECT id FROM series), "
+                "CAST(:t0 AS timestamptz) + (g + 1) * interval '60 ms', g FROM generate_series(0, 59999) g"),
+                {"t0": t0 + timedelta(hours=hour)})
+
+    fill(0)
+    with db.begin() as conn:
+        assert summarize_new_ranges(conn, day, day) > 0
+        assert summarize_new_ranges(conn, day, day) == 0  # nothing left
+    fill(1)
+    run = run_level(db, L5M, now=datetime(2026, 11, 2, 1, 15, tzinfo=UTC), lag_s=60, max_gap_s=900, max_chunks=4)
+    assert run.chunks >= 1 and run.rows > 0
+    with db.begin() as conn:
+        assert summarize_new_ranges(conn, day, day) == 0  # the rollup summarized the second fill first
