@@ -49,6 +49,12 @@ def agent() -> Iterator[Peer]:
     peer.close()
 
 
+# kombu 5.7.0's redis transport can exit the worker when the connection drops while it holds
+# unacknowledged (acks_late) messages; a supervisor restarts it (docs/operations.md)
+KOMBU_RESTORE_UNACKED_EXIT = ("Unrecoverable error", "restore_unacked",
+                              "'NoneType' object has no attribute 'hostname'")
+
+
 def _wait(pred, timeout_s: float, worker: CountingWorker, what: str) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout_s
     while not pred():
@@ -57,9 +63,6 @@ def _wait(pred, timeout_s: float, worker: CountingWorker, what: str) -> None:  #
         time.sleep(0.2)
 
 
-@pytest.mark.xfail(reason="kombu 5.7.0: the worker exits ('Unrecoverable error: AttributeError: NoneType has no "
-                          "attribute hostname' in redis restore_unacked) when the broker connection drops while it "
-                          "holds unacknowledged (acks_late) messages; see docs/operations.md", strict=False)
 def test_redis_restart_collection_resumes_no_slot_or_task_twice(
         db: Engine, db_url: str, private_redis: PrivateRedis, agent: Peer, tmp_path: Path) -> None:
     """Redis (no persistence) stopped for 5 s and started again on the same port.
@@ -68,7 +71,8 @@ def test_redis_restart_collection_resumes_no_slot_or_task_twice(
     skipped poll, never a duplicate. The checks: every (endpoint, group, slot) was sent at most
     once, every task id ran at most once, every stored poll time belongs to exactly one collection,
     and, last, that the worker survived the restart. If it did not, the test restarts it the way a
-    supervisor (compose `restart: unless-stopped`) would, checks the rest, and then fails on that.
+    supervisor (compose `restart: unless-stopped`) would and checks the rest; the exit is then only
+    accepted if it is kombu 5.7.0's known one (`KOMBU_RESTORE_UNACKED_EXIT`, docs/operations.md).
     """
     queue = f"faults-redis-{os.getpid()}"
     names = ["rd-leaf-1", "rd-leaf-2"]
@@ -88,7 +92,7 @@ def test_redis_restart_collection_resumes_no_slot_or_task_twice(
         while worker.alive() and time.monotonic() < deadline:
             time.sleep(0.5)  # give the reconnect a chance to fail
         survived = worker.alive()
-        crash = "" if survived else worker.tail(1500)
+        crash = "" if survived else worker.tail(20_000)
         if not survived:
             worker = CountingWorker(tmp_path, name="restarted", **opts).start()  # type: ignore[arg-type]
             workers.append(worker)
@@ -118,7 +122,8 @@ def test_redis_restart_collection_resumes_no_slot_or_task_twice(
           f"{len(ran)} (each once; {lost} sent but never run: queued when the broker went away, or expired), "
           f"slots sent {len(slots)} (each once), polls stored {len(stored_ts)}; longest gap between collections "
           f"{gap_s:.1f} s; worker exits {rcs}")
-    assert survived, f"the worker exited on the broker restart:\n{crash}"
+    assert survived or all(sign in crash for sign in KOMBU_RESTORE_UNACKED_EXIT), \
+        f"the worker exited on the broker restart:\n{crash}"
 
 
 def test_worker_sigkilled_mid_collection_task_runs_again_without_duplicates(
