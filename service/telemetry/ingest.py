@@ -16,7 +16,9 @@ Rows take one of two routes into `samples`:
   temp table and INSERT .. ON CONFLICT DO NOTHING, so a re-import (or a retried Celery
   task) stores no duplicates and the report counts them.
 
-Each distinct series gets a slot on first sight. New slots are resolved in bulk (devices
+Each distinct series gets a slot on first sight. Series text this process resolved before
+(a poller pushes the same series every interval) takes its id from a per-process cache, all
+of a block's checked alive by one count. New slots are resolved in bulk (devices
 and ports looked up, series created); during `add_prom_blocks` that happens on one worker
 thread while parsing goes on, and rows of unresolved slots wait in arrays whose size is
 capped, so memory stays bounded whatever the input size. Rows are routed a batch at a time
