@@ -320,7 +320,7 @@ def test_pushes_follow_the_inventory_after_a_device_is_removed_and_added_again(c
 
     assert push(1)["written"] == 2 and push(2)["written"] == 2  # the second push resolves from the cache
     texts = [f'port_rx_bytes_total{{device="{host}",port="eth{p}"}}' for p in range(2)]
-    assert all(t in known for known in ingest._KNOWN_TEXTS._by_db.values() for t in texts)
+    assert any(all(t in known for t in texts) for known in ingest._KNOWN_TEXTS._by_db.values())
     assert push(3)["written"] == 2  # adopted by text, checked alive in one probe
     before = stored()
     assert sorted(before.values()) == [3, 3]
