@@ -73,6 +73,7 @@ def write_inputs(out: Path, hosts: int, n: int) -> tuple[Path, Path, Path, int]:
 
 def run_child(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
     """Wall seconds and peak RSS (MiB) of a child process."""
+    os.sync()  # each run starts with the inputs written back, not paying for the bench's own writes
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)

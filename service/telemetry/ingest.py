@@ -42,7 +42,13 @@ from sqlalchemy import Connection
 
 from service.telemetry import catalogue
 from service.telemetry.partitions import ensure_partitions, missing_days
-from service.telemetry.promtext import SHARED_CACHE_LIMIT, PromBlock, PromSample, parse_series
+from service.telemetry.promtext import (
+    CANONICAL_SERIES_RE,
+    SHARED_CACHE_LIMIT,
+    PromBlock,
+    PromSample,
+    parse_series,
+)
 from service.telemetry.samples import Sample
 
 # (metric, device, port, lane, priority, gpu)
@@ -347,8 +353,11 @@ class Ingestor:
     def add_prom_sample(self, sample: PromSample, default_ts_ms: int) -> None:
         """Add one parsed exposition line; entity labels name the series, others are ignored."""
         series, parsed, value, ts_ms, lineno = sample
-        index = self._text_slot(series, lineno, (parsed.name, parsed.labels))
-        if index is not None:
+        index = self._text_slot(series, (parsed.name, parsed.labels))
+        if isinstance(index, str):
+            self.report.received += 1
+            self.report.invalid[f"line {lineno}: {index}"] += 1
+        else:
             self._add(index, ts_ms if ts_ms is not None else default_ts_ms, value)
 
     def add_prom_blocks(self, items: Iterable[PromBlock | PromSample], default_ts_ms: int,
@@ -364,7 +373,7 @@ class Ingestor:
             for item in items:
                 if isinstance(item, PromBlock):
                     self._add_block(item)
-                    lines = item.first_line + len(item.series) - 1
+                    lines = item.first_line + len(item.codes) - 1
                 else:
                     self.add_prom_sample(item, default_ts_ms)
                     lines = item[4]
@@ -387,18 +396,26 @@ class Ingestor:
         # partitions first: while a round of new series (started below) holds the connection they
         # could not be created without waiting for it
         self._ensure_partitions(block.ts_ms)
-        by_text = self._by_text
-        found = list(map(by_text.get, block.series))
-        if None in found and self._adopt_known(block.series, found):
-            found = list(map(by_text.get, block.series))
+        texts, by_text = block.texts, self._by_text
+        found = list(map(by_text.get, texts))
+        if None in found and self._adopt_known(texts, found):
+            found = list(map(by_text.get, texts))
+        refused: dict[int, str] = {}  # text index -> why its lines are refused
         if None in found:  # series not seen by this ingestor yet
             for i, index in enumerate(found):
                 if index is None:
-                    index = self._text_slot(block.series[i], block.first_line + i)
-                    found[i] = -1 if index is None else index  # None: refused (and counted) line
-        idx = np.array(found, np.int64)
+                    got = self._text_slot(texts[i])
+                    if isinstance(got, str):
+                        refused[i], got = got, -1
+                    found[i] = got
+        idx = np.array(found, np.int64)[block.codes]
         values, ts_ms = block.values, block.ts_ms
-        if (idx < 0).any():
+        if refused:
+            r = self.report
+            at = np.flatnonzero(idx < 0)
+            r.received += len(at)
+            for line, code in zip((at + block.first_line).tolist(), block.codes[at].tolist(), strict=True):
+                r.invalid[f"line {line}: {refused[code]}"] += 1
             keep = idx >= 0
             idx, values, ts_ms = idx[keep], values[keep], ts_ms[keep]
         self._maybe_resolve()
@@ -436,14 +453,18 @@ class Ingestor:
             self._last_ts = np.append(self._last_ts, np.full(grow, _NO_TS, np.int64))
         return start
 
-    def _text_slot(self, series: str, lineno: int,
-                   parsed: tuple[str, tuple[tuple[str, str], ...]] | None = None) -> int | None:
-        """The slot index for a valid `name{labels}` text (parsed here unless given); None (and
-        counted) if a label is not an integer."""
+    def _text_slot(self, series: str, parsed: tuple[str, tuple[tuple[str, str], ...]] | None = None) -> int | str:
+        """The slot index for a valid `name{labels}` text (parsed here unless given), or why its
+        samples are refused (a label that must be an integer is not)."""
         index = self._by_text.get(series)
         if index is not None:
             return index
         key = _VALID_KEYS.get(series)
+        canonical = CANONICAL_SERIES_RE.fullmatch(series) if key is None and parsed is None else None
+        if canonical is not None:  # the common shape: the key without parsing the labels in general
+            name, device, port, lane, priority, gpu = canonical.groups()
+            key = (name, device, port, None if lane is None else int(lane),
+                   None if priority is None else int(priority), None if gpu is None else int(gpu))
         if key is not None:
             slot = self._by_key.get(key) or self._new_slot(key)
         else:
@@ -453,9 +474,7 @@ class Ingestor:
                 key = (name, labels.get("device", ""), labels.get("port"), _int_label(labels, "lane"),
                        _int_label(labels, "priority"), _int_label(labels, "gpu"))
             except ValueError as exc:
-                self.report.received += 1
-                self.report.invalid[f"line {lineno}: {exc}"] += 1
-                return None
+                return str(exc)
             slot = self._by_key.get(key) or self._new_slot(key)
             if key in _VALID:
                 _remember(_VALID_KEYS, series, key)

@@ -29,6 +29,10 @@ _LABEL_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s
 # a label set without escapes or spaces, the usual case: one match, then findall
 _PLAIN_BODY_RE = re.compile(r'(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\s]*",)*(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\s]*",?)?\Z')
 _PLAIN_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
+# The shape `format_sample` writes: entity labels only, in its order, no escapes. A text of this
+# shape is a valid series as it stands; the groups are the name and the label values.
+CANONICAL_SERIES_RE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)\{device="([^"\\\n]*)"(?:,port="([^"\\\n]*)")?'
+                                 r'(?:,lane="([0-9]{1,5})")?(?:,priority="([0-9]{1,5})")?(?:,gpu="([0-9]{1,5})")?\}')
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 _ESCAPE_RE = re.compile(r"\\[\\\"n]")
 _SPECIAL_VALUES = {"NaN": math.nan, "+Inf": math.inf, "Inf": math.inf, "-Inf": -math.inf}
@@ -213,12 +217,19 @@ class PromBlock:
     """Consecutive sample lines, all `name{labels} value ts_ms` with a valid series, as columns."""
 
     first_line: int  # 1-based number of the block's first line
-    series: list[str]  # the `name{labels}` text of each line
+    texts: list[str]  # the distinct `name{labels}` texts of the block, in order of first appearance
+    codes: np.ndarray  # int32 per line: its text's index in `texts`
     values: np.ndarray  # float64
     ts_ms: np.ndarray  # int64
 
+    @property
+    def series(self) -> list[str]:
+        """The `name{labels}` text of each line."""
+        return [self.texts[c] for c in self.codes.tolist()]
 
-BLOCK_BYTES = 8 << 20
+
+BLOCK_BYTES = 32 << 20
+FIRST_BLOCK_BYTES = 1 << 20
 
 
 def iter_blocks(chunks: Iterable[bytes], source: str = "body",
@@ -227,22 +238,26 @@ def iter_blocks(chunks: Iterable[bytes], source: str = "body",
     else one PromSample per sample line of the block. Raises PromParseError at the first bad
     line and UnicodeDecodeError if the stream is not UTF-8."""
     lineno = 1
+    valid: set[str] = set()  # series texts of this stream found valid
     for data in _whole_lines(chunks, block_bytes):
-        text = data.decode("utf-8")
-        block = _parse_block(data, text, lineno)
+        block = _parse_block(data, lineno, valid)
         if block is not None:
             yield block
         else:
-            yield from iter_samples(text.split("\n"), source, lineno)
+            yield from iter_samples(data.decode("utf-8").split("\n"), source, lineno)
         lineno += data.count(b"\n")
 
 
 def _whole_lines(chunks: Iterable[bytes], block_bytes: int) -> Iterator[bytes]:
-    """Regroup chunks into blocks of about `block_bytes` that end at a line end (the last may not)."""
+    """Regroup chunks into blocks that end at a line end (the last may not): the first of about
+    1 MiB, each next twice as large up to `block_bytes`. Large blocks cost the least per line;
+    a small first one lets the consumer start (creating series) sooner."""
     pending = bytearray()
+    size = min(block_bytes, FIRST_BLOCK_BYTES)
     for chunk in chunks:
         pending += chunk
-        if len(pending) >= block_bytes:
+        if len(pending) >= size:
+            size = min(block_bytes, 2 * size)
             cut = pending.rfind(b"\n") + 1
             if not cut and len(pending) > MAX_LINE_BYTES:
                 cut = len(pending)  # part of an over-long line, which the line parser refuses
@@ -253,9 +268,16 @@ def _whole_lines(chunks: Iterable[bytes], block_bytes: int) -> Iterator[bytes]:
         yield bytes(pending)
 
 
-def _parse_block(data: bytes, text: str, first_line: int) -> PromBlock | None:
-    """Columns if every line is exactly `series value ts` (two single spaces, not over-long, a
-    valid series, numbers that `float` and `int` take, as `iter_samples` reads them); else None."""
+def _parse_block(data: bytes, first_line: int, valid: set[str]) -> PromBlock | None:
+    """Columns if every line is exactly `series value ts` (two single spaces, no carriage return,
+    not over-long, a valid series, numbers read as `iter_samples` reads them); else None.
+
+    The columns come from Arrow's CSV reader (space-separated, no quoting), which does in C++
+    what would otherwise be a Python step per line. It is used only where its reading is
+    `iter_samples`' own: every line has exactly three fields, Arrow's number parsing refuses
+    (and so sends to the line parser) every form `float` and `int` refuse except `nan(...)`,
+    which is checked here, and each distinct series text is validated (`parse_series`, unless it
+    has the canonical shape or was validated before in `valid`, this stream's set)."""
     raw = np.frombuffer(data, np.uint8)
     ends = np.flatnonzero(raw == 10)
     if not data.endswith(b"\n"):
@@ -264,23 +286,25 @@ def _parse_block(data: bytes, text: str, first_line: int) -> PromBlock | None:
         return None
     spaces = np.flatnonzero(raw == 32)
     per_line = np.diff(np.searchsorted(spaces, ends), prepend=0)
-    if len(spaces) != 2 * len(ends) or (per_line != 2).any():
+    if len(spaces) != 2 * len(ends) or (per_line != 2).any() or (raw == 13).any():
         return None
     if np.diff(ends, prepend=-1).max() > MAX_LINE_BYTES:  # a line's length, its newline included
         return None
-    tokens = text.replace("\n", " ").split(" ")
-    if data.endswith(b"\n"):
-        tokens.pop()  # after the last newline
-    series = tokens[0::3]
-    try:
-        for s in dict.fromkeys(series):
-            if s not in _PARSED:
-                parse_series(s)
-        values = np.array(tokens[1::3], dtype=np.float64)
-        ts_ms = np.array(list(map(int, tokens[2::3])), dtype=np.int64)
-    except (ValueError, OverflowError):
+    from service.telemetry import arrow_columns
+
+    columns = arrow_columns.read(data)
+    if columns is None:
         return None
-    return PromBlock(first_line, series, values, ts_ms)
+    texts, codes, values, ts_ms = columns
+    canonical = CANONICAL_SERIES_RE.fullmatch
+    try:
+        for s in texts:
+            if s not in valid and s not in _PARSED and canonical(s) is None:
+                parse_series(s)
+    except ValueError:
+        return None
+    valid.update(texts)
+    return PromBlock(first_line, texts, codes, values, ts_ms)
 
 
 def parse_lines(lines: Iterable[str], source: str = "body") -> Iterator[PromLine]:

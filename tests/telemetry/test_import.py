@@ -233,6 +233,11 @@ def test_blocks_parse_like_the_line_parser() -> None:
              'm{a="1"} NaN 3', 'm{a="1"} 1_0 3', 'm{a="1"} 1 +3', 'm{a="1"} 1e999 4', 'm{a="1"} 1 99999999999999999999',
              'x{a="b c"} 1 5', "x 1", 'x{a="1"} 2} 3', "# c 1 2", "", "x\t1 2", "x 1 2\r", " x 1 2", "x  1 2",
              "x 1 2 ", "x 1 2 3", "9x 1 2", 'x{a="1",a="2"} 1 2', "x 1 abc", "x abc 1", "x 1 1.5"]
+    plain = [*lines[:5], 'm{device="d",port="p 1"} 1 5', 'm{device="d",port="p",lane="0"} 2 6']
+    # three fields each, so that Arrow reads them, but numbers it and `float`/`int` may read apart
+    odd_numbers = ['m{a="1"} nan(1) 3', 'm{a="1"} nan 3', 'm{a="1"} -Infinity 3', 'm{a="1"} .5 3', 'm{a="1"} 5. 3',
+                   'm{a="1"} +5 3', 'm{a="1"} 1 007', 'm{a="1"} 1 -5', 'm{a="1"} 0x10 3', 'm{a="1"} 1e-400 3',
+                   'm{a="1"} 1 ٣', 'm{a="1"} ٣ 3', 'm{device="d",port="p\\"} 1 3', 'm{device="d",lane="x"} 1 3']
 
     def reference(text: str) -> list[str]:
         out: list[str] = []
@@ -266,8 +271,11 @@ def test_blocks_parse_like_the_line_parser() -> None:
     rng = random.Random(5)
     column_blocks = 0
     for _ in range(1500):
-        plain = rng.random() < 0.5  # half the inputs are all plain lines, so that blocks take the column path
-        text = "\n".join(rng.choice(lines[:5] if plain else lines) for _ in range(rng.randint(1, 12)))
+        # a third of the inputs are all plain lines, so that blocks take the column path; a third
+        # mix in lines Arrow reads but the line parser may refuse or read otherwise
+        mode = rng.randrange(3)
+        pool = plain if mode == 0 else [*plain, *odd_numbers] if mode == 1 else lines + odd_numbers
+        text = "\n".join(rng.choice(pool) for _ in range(rng.randint(1, 12)))
         text += rng.choice(["", "\n"])
         data = text.encode()
         cuts = sorted(rng.sample(range(1, len(data)), min(3, len(data) - 1))) if len(data) > 1 else []
