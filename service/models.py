@@ -9,7 +9,15 @@ from service.incidents.models import Incident, IncidentEvent
 from service.inventory.models import Device, Endpoint, Link, Optic, Pod, Port
 from service.nccl.models import NcclBaseline, NcclResultRow, NcclRunRow
 from service.notify.models import OutboxMessage, WebhookDelivery, WebhookSubscription
-from service.telemetry.models import CollectionSlot, LinkEvent, LldpNeighbor, Series, TargetStatus, samples
+from service.telemetry.models import (
+    CollectionSlot,
+    LinkEvent,
+    LldpNeighbor,
+    Series,
+    TargetStatus,
+    sample_blocks,
+    sample_rows,
+)
 
 __all__ = [
     "Alert",
@@ -37,7 +45,8 @@ __all__ = [
     "OutboxMessage",
     "Pod",
     "Port",
-    "samples",
+    "sample_blocks",
+    "sample_rows",
     "Series",
     "Silence",
     "TargetStatus",

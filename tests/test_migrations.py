@@ -13,7 +13,7 @@ from service.db import dispose_engines, get_engine, normalize_url
 from service.migrate import current, downgrade, upgrade
 from tests.conftest import _admin_url
 
-EXPECTED = {"devices", "ports", "optics", "links", "endpoints", "series", "samples", "link_events",
+EXPECTED = {"devices", "ports", "optics", "links", "endpoints", "series", "sample_rows", "sample_blocks", "link_events",
             "target_status", "pods", "api_tokens"}
 
 
@@ -39,6 +39,7 @@ def test_empty_to_head_down_and_up_again(empty_db: str) -> None:
     assert current(empty_db) is None
     upgrade(empty_db)
     assert _tables(empty_db) >= EXPECTED
+    assert "samples" in inspect(get_engine(empty_db)).get_view_names()  # rows and blocks, for readers
     head = current(empty_db)
     downgrade(empty_db, "base")
     assert _tables(empty_db) <= {"alembic_version"}

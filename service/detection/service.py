@@ -135,8 +135,8 @@ def load_series(conn: Connection, fabric: Fabric, old: SeriesIndex | None = None
 
 
 _SAMPLES_SQL = """
-SELECT series_id, (extract(epoch FROM ts) * 1000)::bigint, value FROM samples
-WHERE ts > %(lo)s AND ts <= %(hi)s ORDER BY ts
+SELECT series_id, (extract(epoch FROM ts) * 1000)::bigint, value FROM samples_between(%(lo)s, %(hi)s)
+WHERE ts > %(lo)s ORDER BY ts
 """
 
 

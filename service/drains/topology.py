@@ -112,8 +112,8 @@ def down_links(*, conn: Connection, graph: Graph, at: datetime, lookback_s: floa
     """Links with an end whose latest port_oper_up reading in the lookback is 0 (down now)."""
     rows = conn.execute(text("""
         SELECT DISTINCT ON (s.port_id) s.port_id, x.value
-        FROM series s JOIN samples x ON x.series_id = s.id
-        WHERE s.metric = 'port_oper_up' AND s.port_id IS NOT NULL AND x.ts > :lo AND x.ts <= :at
+        FROM series s JOIN samples_between(:lo, :at) x ON x.series_id = s.id
+        WHERE s.metric = 'port_oper_up' AND s.port_id IS NOT NULL AND x.ts > :lo
         ORDER BY s.port_id, x.ts DESC"""), {"lo": at - timedelta(seconds=lookback_s), "at": at}).all()
     out = set()
     for port_id, value in rows:

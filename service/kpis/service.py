@@ -69,8 +69,9 @@ SELECT series_id, ts, dt,
 FROM (
   SELECT x.series_id, x.ts, x.value AS v, s.counter_bits AS bits, s.saturating AS sat,
          lag(x.value) OVER w AS pv, extract(epoch FROM x.ts - lag(x.ts) OVER w)::float8 AS dt
-  FROM samples x JOIN sel s ON s.id = x.series_id
-  WHERE x.ts > CAST(:start AS timestamptz) - make_interval(secs => :max_gap) AND x.ts <= :end
+  FROM samples_between(CAST(:start AS timestamptz) - make_interval(secs => :max_gap), :end) x
+  JOIN sel s ON s.id = x.series_id
+  WHERE x.ts > CAST(:start AS timestamptz) - make_interval(secs => :max_gap)
   WINDOW w AS (PARTITION BY x.series_id ORDER BY x.ts)
 ) q
 WHERE ts > :start AND dt > 0 AND dt <= :max_gap

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -41,6 +41,7 @@ import psycopg
 from sqlalchemy import Connection
 
 from service.telemetry import catalogue
+from service.telemetry.copy_format import HEADER, ROW_BYTES, ROW_DTYPE, TRAILER, pack_blocks, pack_rows
 from service.telemetry.partitions import ensure_partitions, missing_days
 from service.telemetry.promtext import (
     CANONICAL_SERIES_RE,
@@ -61,9 +62,10 @@ _STAGE_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS series_stage (metric text, device_id int, port_id int, lane smallint, "
     "priority smallint, gpu smallint, counter_bits smallint, saturating bool, ord int) ON COMMIT DELETE ROWS",
 )
-_SAMPLES_COPY = "COPY samples (series_id, ts, value) FROM STDIN (FORMAT BINARY)"
+_SAMPLES_COPY = "COPY sample_rows (series_id, ts, value) FROM STDIN (FORMAT BINARY)"
+_BLOCKS_COPY = "COPY sample_blocks (series_id, first_ts, last_ts, ts, vals) FROM STDIN (FORMAT BINARY)"
 _STAGE_COPY = "COPY samples_stage (series_id, ts, value) FROM STDIN (FORMAT BINARY)"
-_MOVE_SQL = ("INSERT INTO samples (series_id, ts, value) SELECT series_id, ts, value FROM samples_stage "
+_MOVE_SQL = ("INSERT INTO sample_rows (series_id, ts, value) SELECT series_id, ts, value FROM samples_stage "
              "ON CONFLICT DO NOTHING")
 _SERIES_COPY = ("COPY series_stage (metric, device_id, port_id, lane, priority, gpu, counter_bits, saturating, "
                 "ord) FROM STDIN")
@@ -89,15 +91,20 @@ ORDER BY st.ord
 _UNRESOLVED, _REJECTED = -2, -1  # series ids of slots without one
 _NO_TS = np.iinfo(np.int64).min  # below any timestamp
 
-# Binary COPY: a row is its field count, then (length, bytes) per field, big-endian;
-# timestamptz is microseconds since 2000-01-01 UTC.
-_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
-_COPY_TRAILER = b"\xff\xff"
-_ROW_DTYPE = np.dtype([("fields", ">i2"), ("sid_len", ">i4"), ("sid", ">i4"), ("ts_len", ">i4"), ("ts", ">i8"),
-                       ("value_len", ">i4"), ("value", ">f8")])
-_ROW_BYTES = _ROW_DTYPE.itemsize  # 34
-_PG_EPOCH_MS = 946_684_800_000
 _DAY_MS = 86_400_000
+# While streaming an import, direct rows wait to be stored as blocks (a series' samples of a day as
+# one row of arrays), up to this many (~20 MB); a series with fewer samples than this in a day stays rows.
+_MAX_BLOCKED_ROWS = 1 << 20
+_MIN_BLOCK_SAMPLES = 4
+_BLOCKS_NEAR_SQL = ("SELECT EXISTS (SELECT 1 FROM sample_blocks WHERE series_id = ANY(%s::int[]) "
+                    "AND last_ts >= %s AND first_ts <= %s)")
+_MOVE_PAST_BLOCKS_SQL = """
+INSERT INTO sample_rows (series_id, ts, value)
+SELECT s.series_id, s.ts, s.value FROM samples_stage s
+WHERE NOT EXISTS (SELECT 1 FROM sample_blocks b WHERE b.series_id = s.series_id
+                  AND b.first_ts <= s.ts AND b.last_ts >= s.ts AND s.ts = ANY(b.ts))
+ON CONFLICT DO NOTHING
+"""
 
 _CHUNK_BYTES = 1 << 20  # direct rows go to the server in chunks of this size
 _MAX_HELD_ROWS = 1_000_000  # rows held while series resolve: ~20 MB waiting, ~34 MB packed
@@ -323,7 +330,7 @@ class Ingestor:
         self._by_key: dict[SeriesKey, _Slot] = {}
         self._rejections: dict[int, tuple[Counter[str], str]] = {}  # slot index -> (report bucket, label)
         self._by_text: dict[str, int] = {}  # exposition text -> slot index
-        self._unhinted: list[str] = []  # texts given slots one by one (`_text_slot`)
+        self._unhinted: list[str] = []  # texts given slots by `_text_slots`
         # per slot, by index: series id (or _UNRESOLVED / _REJECTED), created by this
         # transaction, newest timestamp sent direct
         self._sid = np.empty(0, np.int64)
@@ -337,6 +344,8 @@ class Ingestor:
         self._held: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # waiting for their series
         self._held_rows = 0
         self._direct = bytearray()
+        self._blocked: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # direct rows to store as blocks
+        self._blocked_rows = 0
         self._staged = bytearray()
         self._copy: psycopg.Copy | None = None
         self._copy_stack = ExitStack()
@@ -345,7 +354,7 @@ class Ingestor:
     # -- adding -----------------------------------------------------------------------
     def add(self, s: Sample) -> None:
         key = (s.metric, s.device, s.port, s.lane, s.priority, s.gpu)
-        slot = self._by_key.get(key) or self._new_slot(key)
+        slot = self._by_key.get(key) or self._new_slots([key])[0]
         if s.counter_bits is not None and self._sid[slot.index] == _UNRESOLVED:
             slot.bits, slot.saturating = s.counter_bits, s.saturating
         self._add(slot.index, s.ts_ms, s.value)
@@ -353,7 +362,7 @@ class Ingestor:
     def add_prom_sample(self, sample: PromSample, default_ts_ms: int) -> None:
         """Add one parsed exposition line; entity labels name the series, others are ignored."""
         series, parsed, value, ts_ms, lineno = sample
-        index = self._text_slot(series, (parsed.name, parsed.labels))
+        index = self._text_slots([series], [(parsed.name, parsed.labels)])[0]
         if isinstance(index, str):
             self.report.received += 1
             self.report.invalid[f"line {lineno}: {index}"] += 1
@@ -381,6 +390,7 @@ class Ingestor:
                     on_progress(lines)
             self._route_rows()
             self._resolve_all()
+            self._flush_blocks()
             self._send_direct(force=True)
             self._close_copy()
         except BaseException as exc:
@@ -402,12 +412,11 @@ class Ingestor:
             found = list(map(by_text.get, texts))
         refused: dict[int, str] = {}  # text index -> why its lines are refused
         if None in found:  # series not seen by this ingestor yet
-            for i, index in enumerate(found):
-                if index is None:
-                    got = self._text_slot(texts[i])
-                    if isinstance(got, str):
-                        refused[i], got = got, -1
-                    found[i] = got
+            new = [i for i, index in enumerate(found) if index is None]
+            for i, got in zip(new, self._text_slots([texts[i] for i in new]), strict=True):
+                if isinstance(got, str):
+                    refused[i], got = got, -1
+                found[i] = got
         idx = np.array(found, np.int64)[block.codes]
         values, ts_ms = block.values, block.ts_ms
         if refused:
@@ -424,7 +433,7 @@ class Ingestor:
     def _adopt_known(self, texts: list[str], found: list[int | None]) -> bool:
         """Give slots in bulk to texts whose series this process resolved before and that still
         exist: a poller's pushes repeat the same series, and one count probe per block checks them
-        all. True if any were adopted; the rest take the one-by-one path (`_text_slot`)."""
+        all. True if any were adopted; the rest are parsed (`_text_slots`)."""
         known = self._resolver.known_texts
         new = dict.fromkeys([t for t, index in zip(texts, found, strict=True) if index is None])
         hinted = [(t, sid) for t, sid in zip(new, map(known.get, new), strict=True) if sid is not None]
@@ -453,34 +462,18 @@ class Ingestor:
             self._last_ts = np.append(self._last_ts, np.full(grow, _NO_TS, np.int64))
         return start
 
-    def _text_slot(self, series: str, parsed: tuple[str, tuple[tuple[str, str], ...]] | None = None) -> int | str:
-        """The slot index for a valid `name{labels}` text (parsed here unless given), or why its
-        samples are refused (a label that must be an integer is not)."""
-        index = self._by_text.get(series)
-        if index is not None:
-            return index
-        key = _VALID_KEYS.get(series)
-        canonical = CANONICAL_SERIES_RE.fullmatch(series) if key is None and parsed is None else None
-        if canonical is not None:  # the common shape: the key without parsing the labels in general
-            name, device, port, lane, priority, gpu = canonical.groups()
-            key = (name, device, port, None if lane is None else int(lane),
-                   None if priority is None else int(priority), None if gpu is None else int(gpu))
-        if key is not None:
-            slot = self._by_key.get(key) or self._new_slot(key)
-        else:
-            name, label_pairs = parsed or parse_series(series)
-            labels = dict(label_pairs)
-            try:
-                key = (name, labels.get("device", ""), labels.get("port"), _int_label(labels, "lane"),
-                       _int_label(labels, "priority"), _int_label(labels, "gpu"))
-            except ValueError as exc:
-                return str(exc)
-            slot = self._by_key.get(key) or self._new_slot(key)
-            if key in _VALID:
-                _remember(_VALID_KEYS, series, key)
-        self._by_text[series] = slot.index
-        self._unhinted.append(series)
-        return slot.index
+    def _text_slots(self, texts: list[str], parsed: list[tuple[str, tuple[tuple[str, str], ...]]] | None = None
+                    ) -> list[int | str]:
+        """Slot indices for `name{labels}` texts new to this ingestor (parsed here unless given), or
+        for each text whose samples are refused, why (a label that must be an integer is not)."""
+        keys = [_text_key(t, p) for t, p in zip(texts, parsed or [None] * len(texts), strict=True)]
+        by_key = self._by_key
+        self._new_slots([k for k in dict.fromkeys(keys) if not isinstance(k, str) and k not in by_key])
+        out: list[int | str] = [k if isinstance(k, str) else by_key[k].index for k in keys]
+        given = [(t, o) for t, o in zip(texts, out, strict=True) if not isinstance(o, str)]
+        self._by_text.update(given)
+        self._unhinted.extend(t for t, _ in given)
+        return out
 
     def _add(self, index: int, ts_ms: int, value: float) -> None:
         self._rows.append(index, ts_ms, value)
@@ -495,21 +488,22 @@ class Ingestor:
             self._maybe_resolve()
             self._route(idx, ts_ms, values)
 
-    def _new_slot(self, key: SeriesKey) -> _Slot:
-        slot = _Slot(key, self._alloc(1))
-        self._by_key[key] = slot
-        rejection = None
-        if key not in _VALID:
-            rejection = self._check(key)
-            if rejection is None:
-                _remember(_VALID, key, key)
-        if rejection is not None:
-            self._sid[slot.index], self._rejections[slot.index] = _REJECTED, rejection
-        else:
+    def _new_slots(self, keys: list[SeriesKey]) -> list[_Slot]:
+        """Slots for keys without one; those that pass the checks needing no database wait to be
+        resolved, a round of which starts here if enough are waiting."""
+        slots = [_Slot(key, index) for index, key in enumerate(keys, self._alloc(len(keys)))]
+        self._by_key.update(zip(keys, slots, strict=True))
+        for slot in slots:
+            key = slot.key
+            rejection = None if key in _VALID else self._check(key)
+            if rejection is not None:
+                self._sid[slot.index], self._rejections[slot.index] = _REJECTED, rejection
+                continue
+            _remember(_VALID, key, key)
             self._pending.append(slot)
-            if len(self._pending) % _RESOLVE_MIN_SLOTS == 0:
-                self._maybe_resolve()
-        return slot
+        if len(self._pending) >= _RESOLVE_MIN_SLOTS:
+            self._maybe_resolve()
+        return slots
 
     def _check(self, key: SeriesKey) -> tuple[Counter[str], str] | None:
         """Rejections that need no database: unknown metric, missing labels."""
@@ -566,13 +560,19 @@ class Ingestor:
         direct = self._created[idx] & (ts_ms > self._last_ts[idx]) & (first | above_prev)
         if direct.any():
             np.maximum.at(self._last_ts, idx[direct], ts_ms[direct])
-            self._direct += _pack(sid[direct], ts_ms[direct], values[direct])
+            if self._streaming:
+                self._blocked.append((sid[direct], ts_ms[direct], values[direct]))
+                self._blocked_rows += int(direct.sum())
+            else:
+                self._direct += pack_rows(sid[direct], ts_ms[direct], values[direct])
         if not direct.all():
             staged = ~direct
-            self._staged += _pack(sid[staged], ts_ms[staged], values[staged])
+            self._staged += pack_rows(sid[staged], ts_ms[staged], values[staged])
         if len(self._direct) >= _CHUNK_BYTES:
             self._send_direct()
-        if len(self._staged) >= self.batch_rows * _ROW_BYTES:
+        if self._blocked_rows >= _MAX_BLOCKED_ROWS:
+            self._flush_blocks()
+        if len(self._staged) >= self.batch_rows * ROW_BYTES:
             self._move_staged()
 
     def _ensure_partitions(self, ts_ms: np.ndarray) -> None:
@@ -649,15 +649,15 @@ class Ingestor:
         if not self._direct:
             return True
         if self._inflight is not None and not self._inflight[0].done():
-            if not force and len(self._direct) < _MAX_HELD_ROWS * _ROW_BYTES:
+            if not force and len(self._direct) < _MAX_HELD_ROWS * ROW_BYTES:
                 return False
             self._inflight[0].result()
         if self._copy is None:
             cur = self._copy_stack.enter_context(self._raw.cursor())
             self._copy = self._copy_stack.enter_context(cur.copy(_SAMPLES_COPY))
-            self._copy.write(_COPY_HEADER)
+            self._copy.write(HEADER)
         self._copy.write(self._direct)
-        self.report.written += len(self._direct) // _ROW_BYTES
+        self.report.written += len(self._direct) // ROW_BYTES
         self._direct.clear()
         if not self._streaming:
             self._close_copy()
@@ -665,7 +665,7 @@ class Ingestor:
 
     def _close_copy(self) -> None:
         if self._copy is not None:
-            self._copy.write(_COPY_TRAILER)
+            self._copy.write(TRAILER)
             self._copy = None
             self._copy_stack.close()
 
@@ -680,34 +680,78 @@ class Ingestor:
             with suppress(Exception):  # the original error is the one to report
                 self._copy_stack.__exit__(type(exc), exc, exc.__traceback__)
 
+    def _flush_blocks(self) -> None:
+        """Store the direct rows waiting for blocks: a series' samples of one day as one block if
+        there are `_MIN_BLOCK_SAMPLES` of them, else as rows. They are direct rows (series created
+        by this transaction, times increasing), so no block can repeat a stored sample."""
+        if not self._blocked:
+            return
+        sid, ts_ms, values = (np.concatenate(column) for column in zip(*self._blocked, strict=True))
+        self._blocked, self._blocked_rows = [], 0
+        day = ts_ms // _DAY_MS
+        order = np.lexsort((ts_ms, day, sid))
+        sid, ts_ms, values, day = sid[order], ts_ms[order], values[order], day[order]
+        run_start = np.ones(len(sid), bool)
+        run_start[1:] = (sid[1:] != sid[:-1]) | (day[1:] != day[:-1])
+        counts = np.diff(np.append(np.flatnonzero(run_start), len(sid)))
+        as_block = np.repeat(counts >= _MIN_BLOCK_SAMPLES, counts)
+        if not as_block.all():
+            as_rows = ~as_block
+            self._direct += pack_rows(sid[as_rows], ts_ms[as_rows], values[as_rows])
+            sid, ts_ms, values = sid[as_block], ts_ms[as_block], values[as_block]
+            counts = counts[counts >= _MIN_BLOCK_SAMPLES]
+        if len(counts):
+            payload = pack_blocks(sid, ts_ms, values, counts)
+            self._free_connection()
+            with self._raw.cursor() as cur:
+                _copy_rows(cur, _BLOCKS_COPY, payload)
+            self.report.written += len(sid)
+
     def _move_staged(self) -> None:
         """Store staged rows, which may repeat stored ones. Polls and pushes bring new timestamps, so
         first a plain COPY under a savepoint; if a row is already stored that fails on the primary
         key, and the rows go through a temp table and ON CONFLICT DO NOTHING: what conflicts is a
         duplicate."""
-        staged_rows = len(self._staged) // _ROW_BYTES
+        staged_rows = len(self._staged) // ROW_BYTES
         if not staged_rows:
             return
-        self._send_direct(force=True)  # first the direct rows that staged ones may repeat
+        self._flush_blocks()  # first the direct rows that staged ones may repeat
+        self._send_direct(force=True)
         self._free_connection()
         with self._raw.cursor() as cur:
-            try:
-                with self._raw.transaction():
-                    _copy_rows(cur, _SAMPLES_COPY, self._staged)
-                written = staged_rows
-            except psycopg.errors.UniqueViolation:
+            if self._near_blocks(cur):
                 _stage_tables(cur)
                 _copy_rows(cur, _STAGE_COPY, self._staged)
-                written = cur.execute(_MOVE_SQL).rowcount
+                written = cur.execute(_MOVE_PAST_BLOCKS_SQL).rowcount
                 cur.execute("TRUNCATE samples_stage")
+            else:
+                try:
+                    with self._raw.transaction():
+                        _copy_rows(cur, _SAMPLES_COPY, self._staged)
+                    written = staged_rows
+                except psycopg.errors.UniqueViolation:
+                    _stage_tables(cur)
+                    _copy_rows(cur, _STAGE_COPY, self._staged)
+                    written = cur.execute(_MOVE_SQL).rowcount
+                    cur.execute("TRUNCATE samples_stage")
         self.report.written += written
         self.report.duplicates += staged_rows - written
         self._staged.clear()
+
+    def _near_blocks(self, cur: psycopg.Cursor[Any]) -> bool:
+        """Whether a sample block of a staged row's series spans its time (a re-import of
+        imported data): then staged rows are checked against blocks, not only stored rows."""
+        rows = np.frombuffer(self._staged, ROW_DTYPE)
+        ids = "{" + ",".join(map(str, np.unique(rows["sid"]).tolist())) + "}"
+        lo, hi = (datetime(2000, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(t))
+                  for t in (rows["ts"].min(), rows["ts"].max()))
+        return bool(cur.execute(_BLOCKS_NEAR_SQL, [ids, lo, hi]).fetchone()[0])
 
     def flush(self) -> None:
         """Resolve pending series and store every buffered row."""
         self._route_rows()
         self._resolve_all()
+        self._flush_blocks()
         self._send_direct(force=True)
         self._close_copy()
         self._move_staged()
@@ -753,14 +797,27 @@ class _Rows:
                 np.frombuffer(self.values, np.float64))
 
 
-def _pack(sid: np.ndarray, ts_ms: np.ndarray, values: np.ndarray) -> bytes:
-    """Rows in PostgreSQL's binary COPY format."""
-    rows = np.empty(len(sid), _ROW_DTYPE)
-    rows["fields"], rows["sid_len"], rows["ts_len"], rows["value_len"] = 3, 4, 8, 8
-    rows["sid"] = sid
-    rows["ts"] = (ts_ms - _PG_EPOCH_MS) * 1000
-    rows["value"] = values
-    return rows.tobytes()
+def _text_key(series: str, parsed: tuple[str, tuple[tuple[str, str], ...]] | None) -> SeriesKey | str:
+    """The series key of a valid `name{labels}` text (parsed here unless given), or why its samples
+    are refused. Texts of the canonical shape take one match; others are parsed and remembered."""
+    key = _VALID_KEYS.get(series)
+    if key is not None:
+        return key
+    canonical = CANONICAL_SERIES_RE.fullmatch(series) if parsed is None else None
+    if canonical is not None:
+        name, device, port, lane, priority, gpu = canonical.groups()
+        return (name, device, port, None if lane is None else int(lane), None if priority is None else int(priority),
+                None if gpu is None else int(gpu))
+    name, label_pairs = parsed or parse_series(series)
+    labels = dict(label_pairs)
+    try:
+        key = (name, labels.get("device", ""), labels.get("port"), _int_label(labels, "lane"),
+               _int_label(labels, "priority"), _int_label(labels, "gpu"))
+    except ValueError as exc:
+        return str(exc)
+    if key in _VALID:
+        _remember(_VALID_KEYS, series, key)
+    return key
 
 
 def _int_label(labels: dict[str, str], name: str) -> int | None:
@@ -776,9 +833,9 @@ def _int_label(labels: dict[str, str], name: str) -> int | None:
 def _copy_rows(cur: psycopg.Cursor[Any], sql: str, rows: bytes | bytearray) -> None:
     """One whole binary COPY of packed rows."""
     with cur.copy(sql) as copy:
-        copy.write(_COPY_HEADER)
+        copy.write(HEADER)
         copy.write(rows)
-        copy.write(_COPY_TRAILER)
+        copy.write(TRAILER)
 
 
 def _stage_tables(cur: psycopg.Cursor[Any]) -> None:

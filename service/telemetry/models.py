@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import (
+    ARRAY,
     BigInteger,
     Boolean,
+    CheckConstraint,
     Column,
     DateTime,
     Float,
@@ -49,16 +51,31 @@ class Series(Base):
     )
 
 
-# Narrow rows keyed by (series_id, ts), range-partitioned by day on ts. Partitions are
-# created ahead by service.telemetry.partitions and dropped after the retention period.
-samples = Table(
-    "samples",
+# Narrow rows keyed by (series_id, ts), range-partitioned by day on ts: what polls and pushes
+# store. Partitions are created ahead by service.telemetry.partitions and dropped after the
+# retention period. Readers use the `samples` view (rows and blocks; migration 0100).
+sample_rows = Table(
+    "sample_rows",
     Base.metadata,
     Column("series_id", Integer, nullable=False),
     Column("ts", DateTime(timezone=True), nullable=False),
     Column("value", Float(53), nullable=False),
     PrimaryKeyConstraint("series_id", "ts", name="samples_pkey"),
     postgresql_partition_by="RANGE (ts)",
+)
+
+# What a bulk import stores for the series it creates: a series' samples of one day as arrays.
+sample_blocks = Table(
+    "sample_blocks",
+    Base.metadata,
+    Column("series_id", Integer, nullable=False),
+    Column("first_ts", DateTime(timezone=True), nullable=False),
+    Column("last_ts", DateTime(timezone=True), nullable=False),
+    Column("ts", ARRAY(DateTime(timezone=True)), nullable=False),
+    Column("vals", ARRAY(Float(53)), nullable=False),
+    PrimaryKeyConstraint("series_id", "first_ts", name="sample_blocks_pkey"),
+    CheckConstraint("first_ts <= last_ts AND cardinality(ts) = cardinality(vals)", name="sample_block_shape"),
+    Index("sample_blocks_last_ts", "last_ts"),
 )
 
 

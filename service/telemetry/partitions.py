@@ -1,4 +1,5 @@
-"""Daily partitions of `samples`: created ahead (and on demand), dropped after retention."""
+"""Daily partitions of `sample_rows`: created ahead (and on demand), dropped after retention
+(with the `sample_blocks` of those days)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def summarize_new_ranges(conn: Connection, first: date, last: date) -> int:
 def existing_partitions(conn: Connection) -> dict[date, str]:
     rows = conn.execute(text(
         "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-        "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = 'samples'"
+        "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = 'sample_rows'"
     )).scalars()
     out: dict[date, str] = {}
     for name in rows:
@@ -70,7 +71,7 @@ def ensure_partitions(conn: Connection, first: date, last: date) -> list[str]:
         lo = datetime(day.year, day.month, day.day, tzinfo=UTC)
         hi = lo + timedelta(days=1)
         conn.execute(text(
-            f"CREATE TABLE {name} PARTITION OF samples FOR VALUES FROM ('{lo.isoformat()}') TO ('{hi.isoformat()}')"
+            f"CREATE TABLE {name} PARTITION OF sample_rows FOR VALUES FROM ('{lo.isoformat()}') TO ('{hi.isoformat()}')"
         ))
         created.append(name)
     return created
@@ -81,11 +82,14 @@ def ensure_ahead(conn: Connection, *, today: date, days_ahead: int) -> list[str]
 
 
 def drop_expired(conn: Connection, *, today: date, retention_days: int) -> list[str]:
-    """Drop partitions whose whole day is older than the retention period."""
+    """Drop partitions whose whole day is older than the retention period, and delete the sample
+    blocks of those days."""
     cutoff = today - timedelta(days=retention_days)
     dropped = []
     for day, name in sorted(existing_partitions(conn).items()):
         if day < cutoff:
             conn.execute(text(f"DROP TABLE {name}"))
             dropped.append(name)
+    conn.execute(text("DELETE FROM sample_blocks WHERE last_ts < :cutoff"),
+                 {"cutoff": datetime(cutoff.year, cutoff.month, cutoff.day, tzinfo=UTC)})
     return dropped

@@ -82,7 +82,7 @@ WITH ser AS (
   SELECT DISTINCT ON (series_id) series_id, last_ts AS ts, last AS value FROM rollup_5m
   WHERE bucket >= :prev_lo AND bucket < :lo ORDER BY series_id, bucket DESC
 ), pts AS (
-  SELECT series_id, ts, value, false AS old FROM samples WHERE ts >= :lo AND ts < :hi
+  SELECT series_id, ts, value, false AS old FROM samples_between(:lo, :hi) WHERE ts < :hi
   UNION ALL
   SELECT series_id, ts, value, true FROM prev
 ), steps AS (

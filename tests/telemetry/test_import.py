@@ -53,6 +53,8 @@ def test_100k_samples_round_trip(client: TestClient, db: Engine) -> None:
     r = client.post("/api/v1/import/prometheus", content="\n".join(lines))
     assert r.status_code == 200, r.text
     assert r.json()["written"] == 100_000 and r.json()["rejected"] == 0
+    # every series of the file is new and has 50 samples of one day: one block each, no rows
+    assert _count(db, "sample_blocks") == 2000 and _count(db, "sample_rows") == 0
 
     window = {"start": str(T0 / 1000), "end": str((T0 + 50 * STEP) / 1000)}
     for h in hosts:
@@ -181,6 +183,38 @@ def test_malformed_line_after_100k_good_ones_writes_nothing(client: TestClient, 
     r = client.post("/api/v1/import/prometheus", content="\n".join([*good, "port_rx_bytes_total 1 x"]))
     assert r.status_code == 400 and r.json()["line"] == 100_001
     assert _count(db, "samples") == 0 and _count(db, "series") == 0
+
+
+def test_imports_store_blocks_and_pushes_rows_and_readers_see_both(client: TestClient, db: Engine) -> None:
+    """An import stores the series it creates as one block per series and day when it has enough
+    samples, else as rows; later samples of those series (a push) are rows; `samples` and
+    `samples_between` read both."""
+    add_hosts(db, 1)
+    day_end = (T0 // 86_400_000 + 1) * 86_400_000
+    tx = [(ts, float(i)) for i, ts in enumerate(range(day_end - 6 * STEP, day_end + 4 * STEP, STEP))]  # 6 + 4
+    rx = [(T0, 1.0), (T0 + STEP, 2.0)]  # too few for a block
+    body = [f'port_tx_bytes_total{{device="h-000",port="eth1"}} {v} {ts}' for ts, v in tx]
+    body += [f'port_rx_bytes_total{{device="h-000",port="eth1"}} {v} {ts}' for ts, v in rx]
+    assert client.post("/api/v1/import/prometheus", content="\n".join(body)).json()["written"] == 12
+    with db.connect() as conn:
+        blocks = conn.execute(text("SELECT cardinality(ts), first_ts < last_ts FROM sample_blocks ORDER BY first_ts"))
+        assert blocks.all() == [(6, True), (4, True)]  # split at the day boundary
+        assert conn.execute(text("SELECT count(*) FROM sample_rows")).scalar_one() == 2
+    push = [(day_end + 10 * STEP, 100.0), (day_end + 11 * STEP, 101.0)]
+    report = client.post("/api/v1/import/prometheus", content="\n".join(
+        f'port_tx_bytes_total{{device="h-000",port="eth1"}} {v} {ts}' for ts, v in [tx[-1], *push])).json()
+    assert report["written"] == 2 and report["duplicates"] == 1  # the repeated one was in a block
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM sample_rows")).scalar_one() == 4
+        stored = conn.execute(text(
+            "SELECT (extract(epoch FROM x.ts) * 1000)::bigint, x.value FROM samples x JOIN series s ON s.id = x.series_id "
+            "WHERE s.metric = 'port_tx_bytes_total' ORDER BY x.ts")).all()
+        assert [tuple(r) for r in stored] == [*tx, *push]
+        lo, hi = tx[4][0], push[0][0]
+        between = conn.execute(text(
+            "SELECT (extract(epoch FROM ts) * 1000)::bigint FROM samples_between(to_timestamp(:lo / 1000.0), "
+            "to_timestamp(:hi / 1000.0)) ORDER BY ts"), {"lo": lo, "hi": hi}).scalars().all()
+        assert between == [ts for ts, _ in [*tx, *push, *[(t, 0) for t, _ in rx]] if lo <= ts <= hi]
 
 
 def test_reimport_of_overlapping_data(client: TestClient, db: Engine) -> None:

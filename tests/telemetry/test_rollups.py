@@ -173,7 +173,7 @@ def test_thirty_days_served_from_rollups(db: Engine, db_url: str) -> None:
 
     # Probe: with the raw samples gone, the same answer comes back, so it came from the rollups.
     with db.begin() as conn:
-        conn.execute(text("TRUNCATE samples"))
+        conn.execute(text("TRUNCATE sample_rows, sample_blocks"))
         plan = "\n".join(conn.execute(text(
             "EXPLAIN SELECT * FROM rollup_1h WHERE series_id = ANY(ARRAY[1]) AND bucket >= :lo AND bucket < :hi"),
             {"lo": T0 - timedelta(days=30), "hi": T0}).scalars())
