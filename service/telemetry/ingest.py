@@ -34,23 +34,26 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
-from sqlalchemy import Connection
 
 from service.telemetry import catalogue
 from service.telemetry.copy_format import HEADER, ROW_BYTES, ROW_DTYPE, TRAILER, pack_blocks, pack_rows
-from service.telemetry.partitions import ensure_partitions, missing_days
+from service.telemetry.partitions import create_partitions
 from service.telemetry.promtext import (
     CANONICAL_SERIES_RE,
     SHARED_CACHE_LIMIT,
     PromBlock,
     PromSample,
+    iter_blocks,
     parse_series,
 )
 from service.telemetry.samples import Sample
+
+if TYPE_CHECKING:  # not imported at run time: `fabricwatch import` runs without SQLAlchemy
+    from sqlalchemy import Connection
 
 # (metric, device, port, lane, priority, gpu)
 SeriesKey = tuple[str, str, str | None, int | None, int | None, int | None]
@@ -320,11 +323,11 @@ class Ingestor:
     `batch_rows` also bounds the rows staged (for ON CONFLICT) before they are moved.
     """
 
-    def __init__(self, conn: Connection, *, batch_rows: int = 50_000) -> None:
-        self.conn = conn
+    def __init__(self, conn: Connection | psycopg.Connection[Any], *, batch_rows: int = 50_000) -> None:
         self.batch_rows = batch_rows
         self.report = IngestReport()
-        self._raw: psycopg.Connection[Any] = conn.connection.driver_connection  # type: ignore[assignment]
+        self._raw: psycopg.Connection[Any] = (
+            conn if isinstance(conn, psycopg.Connection) else conn.connection.driver_connection)  # type: ignore[assignment]
         self._resolver = _Resolver(self._raw)
         self._nslots = 0
         self._by_key: dict[SeriesKey, _Slot] = {}
@@ -368,6 +371,13 @@ class Ingestor:
             self.report.invalid[f"line {lineno}: {index}"] += 1
         else:
             self._add(index, ts_ms if ts_ms is not None else default_ts_ms, value)
+
+    def import_exposition(self, chunks: Iterable[bytes], source: str, default_ts_ms: int,
+                          on_progress: Callable[[int], None] | None = None) -> IngestReport:
+        """Store exposition text (UTF-8 bytes, in chunks of any size); the caller commits. A malformed
+        line raises PromParseError, and the caller's rollback then leaves nothing written."""
+        self.add_prom_blocks(iter_blocks(chunks, source), default_ts_ms, on_progress)
+        return self.finish()
 
     def add_prom_blocks(self, items: Iterable[PromBlock | PromSample], default_ts_ms: int,
                         on_progress: Callable[[int], None] | None = None) -> None:
@@ -587,8 +597,7 @@ class Ingestor:
             self._free_connection()
             dates = [datetime.fromtimestamp(day * _DAY_MS / 1000, tz=UTC).date() for day in sorted(days)]
             with self._raw.cursor() as cur:
-                for d in missing_days(cur, dates):
-                    ensure_partitions(self.conn, d, d)
+                create_partitions(cur, dates)
             self._days |= days
 
     # -- resolution -------------------------------------------------------------------

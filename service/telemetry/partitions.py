@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-from sqlalchemy import Connection, text
+
+if TYPE_CHECKING:  # SQLAlchemy is not imported at run time: `fabricwatch import` runs without it
+    from sqlalchemy import Connection
 
 _NAME_RE = re.compile(r"^samples_p(\d{8})$")
 _LOCK_KEY = 74_201_100  # advisory lock so concurrent ingests don't race on CREATE TABLE
@@ -31,7 +33,7 @@ _SUMMARIZE_SQL = """
 SELECT coalesce(sum(brin_summarize_new_values(x.indexrelid)), 0)::int FROM pg_index x
 JOIN pg_inherits i ON i.inhrelid = x.indexrelid
 WHERE i.inhparent = 'samples_ts_brin'::regclass
-  AND x.indrelid = ANY(ARRAY(SELECT to_regclass(n) FROM unnest(CAST(:names AS text[])) n))"""
+  AND x.indrelid = ANY(ARRAY(SELECT to_regclass(n) FROM unnest(CAST(%s AS text[])) n))"""
 
 
 def summarize_new_ranges(conn: Connection, first: date, last: date) -> int:
@@ -39,16 +41,16 @@ def summarize_new_ranges(conn: Connection, first: date, last: date) -> int:
     number summarized. Autosummarize does this in autovacuum's own time; a reader of the newest
     rows (the rollups) calls this first so that its time-range scan skips what it does not need."""
     names = [partition_name(first + timedelta(days=i)) for i in range((last - first).days + 1)]
-    return conn.execute(text(_SUMMARIZE_SQL), {"names": names}).scalar_one()
+    return conn.exec_driver_sql(_SUMMARIZE_SQL, (names,)).scalar_one()
+
+
+_PARTITIONS_SQL = ("SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                   "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = 'sample_rows'")
 
 
 def existing_partitions(conn: Connection) -> dict[date, str]:
-    rows = conn.execute(text(
-        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-        "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = 'sample_rows'"
-    )).scalars()
     out: dict[date, str] = {}
-    for name in rows:
+    for name in conn.exec_driver_sql(_PARTITIONS_SQL).scalars():
         m = _NAME_RE.match(name)
         if m:
             out[datetime.strptime(m.group(1), "%Y%m%d").date()] = name
@@ -57,22 +59,22 @@ def existing_partitions(conn: Connection) -> dict[date, str]:
 
 def ensure_partitions(conn: Connection, first: date, last: date) -> list[str]:
     """Create the daily partitions covering [first, last]; returns the names created."""
-    days = [first + timedelta(days=i) for i in range((last - first).days + 1)]
-    missing = [d for d in days if d not in existing_partitions(conn)]
-    if not missing:
+    with conn.connection.driver_connection.cursor() as cur:  # type: ignore[union-attr]
+        return create_partitions(cur, [first + timedelta(days=i) for i in range((last - first).days + 1)])
+
+
+def create_partitions(cur: psycopg.Cursor[Any], days: list[date]) -> list[str]:
+    """Create the partitions of these days that do not exist; returns the names created."""
+    if not missing_days(cur, days):
         return []
-    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
-    have = existing_partitions(conn)
+    cur.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
     created = []
-    for day in missing:
-        if day in have:
-            continue
+    for day in missing_days(cur, days):
         name = partition_name(day)
         lo = datetime(day.year, day.month, day.day, tzinfo=UTC)
         hi = lo + timedelta(days=1)
-        conn.execute(text(
-            f"CREATE TABLE {name} PARTITION OF sample_rows FOR VALUES FROM ('{lo.isoformat()}') TO ('{hi.isoformat()}')"
-        ))
+        cur.execute(f"CREATE TABLE {name} PARTITION OF sample_rows FOR VALUES FROM ('{lo.isoformat()}') "
+                    f"TO ('{hi.isoformat()}')")
         created.append(name)
     return created
 
@@ -88,8 +90,8 @@ def drop_expired(conn: Connection, *, today: date, retention_days: int) -> list[
     dropped = []
     for day, name in sorted(existing_partitions(conn).items()):
         if day < cutoff:
-            conn.execute(text(f"DROP TABLE {name}"))
+            conn.exec_driver_sql(f"DROP TABLE {name}")
             dropped.append(name)
-    conn.execute(text("DELETE FROM sample_blocks WHERE last_ts < :cutoff"),
-                 {"cutoff": datetime(cutoff.year, cutoff.month, cutoff.day, tzinfo=UTC)})
+    conn.exec_driver_sql("DELETE FROM sample_blocks WHERE last_ts < %s",
+                         (datetime(cutoff.year, cutoff.month, cutoff.day, tzinfo=UTC),))
     return dropped

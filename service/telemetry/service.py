@@ -15,7 +15,7 @@ from service.observability import INGEST_ERRORS, INGESTED_ROWS
 from service.telemetry import catalogue
 from service.telemetry.counters import rates
 from service.telemetry.ingest import Ingestor, IngestReport
-from service.telemetry.promtext import PromParseError, iter_blocks
+from service.telemetry.promtext import PromParseError
 from service.telemetry.rollups import L1H, L5M, LEVELS, Level, floor_to, read_rollup, watermark
 from service.telemetry.samples import Sample
 
@@ -34,11 +34,9 @@ def import_prometheus(
     default_ts = default_ts_ms if default_ts_ms is not None else int(time.time() * 1000)
     try:
         with engine.begin() as conn:
-            ingestor = Ingestor(conn, batch_rows=batch_rows)
             # Rows are stored while the lines are still being parsed; a PromParseError (or
             # any error) aborts that and rolls back the whole transaction.
-            ingestor.add_prom_blocks(iter_blocks(chunks, source), default_ts, on_progress)
-            report = ingestor.finish()
+            report = Ingestor(conn, batch_rows=batch_rows).import_exposition(chunks, source, default_ts, on_progress)
     except PromParseError:
         INGEST_ERRORS.labels(reason="parse").inc()
         raise
