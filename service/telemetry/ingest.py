@@ -96,8 +96,9 @@ _NO_TS = np.iinfo(np.int64).min  # below any timestamp
 
 _DAY_MS = 86_400_000
 # While streaming an import, direct rows wait to be stored as blocks (a series' samples of a day as
-# one row of arrays), up to this many (~20 MB); a series with fewer samples than this in a day stays rows.
-_MAX_BLOCKED_ROWS = 1 << 20
+# one row of arrays), up to this many (~100 MB: 10 samples of each of 400k series); a series with
+# fewer than _MIN_BLOCK_SAMPLES samples of a day among them stays rows.
+_MAX_BLOCKED_ROWS = 4 << 20
 _MIN_BLOCK_SAMPLES = 4
 _BLOCKS_NEAR_SQL = ("SELECT EXISTS (SELECT 1 FROM sample_blocks WHERE series_id = ANY(%s::int[]) "
                     "AND last_ts >= %s AND first_ts <= %s)")

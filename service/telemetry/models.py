@@ -44,9 +44,9 @@ class Series(Base):
     counter_bits: Mapped[int | None] = mapped_column(SmallInteger)
     saturating: Mapped[bool] = mapped_column(Boolean, default=False)
     __table_args__ = (
-        UniqueConstraint("metric", "device_id", "port_id", "lane", "priority", "gpu",
+        # led by device and port: new series come device by device, and lookups by device use it
+        UniqueConstraint("device_id", "port_id", "metric", "lane", "priority", "gpu",
                          name="series_identity", postgresql_nulls_not_distinct=True),
-        Index("series_device_metric", "device_id", "metric"),
         Index("series_port", "port_id"),
     )
 

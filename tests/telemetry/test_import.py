@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import random
 import re
+from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
@@ -207,14 +208,42 @@ def test_imports_store_blocks_and_pushes_rows_and_readers_see_both(client: TestC
     with db.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM sample_rows")).scalar_one() == 4
         stored = conn.execute(text(
-            "SELECT (extract(epoch FROM x.ts) * 1000)::bigint, x.value FROM samples x JOIN series s ON s.id = x.series_id "
-            "WHERE s.metric = 'port_tx_bytes_total' ORDER BY x.ts")).all()
+            "SELECT (extract(epoch FROM x.ts) * 1000)::bigint, x.value FROM samples x "
+            "JOIN series s ON s.id = x.series_id WHERE s.metric = 'port_tx_bytes_total' ORDER BY x.ts")).all()
         assert [tuple(r) for r in stored] == [*tx, *push]
         lo, hi = tx[4][0], push[0][0]
         between = conn.execute(text(
             "SELECT (extract(epoch FROM ts) * 1000)::bigint FROM samples_between(to_timestamp(:lo / 1000.0), "
             "to_timestamp(:hi / 1000.0)) ORDER BY ts"), {"lo": lo, "hi": hi}).scalars().all()
         assert between == [ts for ts, _ in [*tx, *push, *[(t, 0) for t, _ in rx]] if lo <= ts <= hi]
+
+
+def test_an_import_larger_than_the_block_buffer_stores_consecutive_blocks(db: Engine,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.telemetry.promtext import iter_blocks
+
+    monkeypatch.setattr(ingest, "_MAX_BLOCKED_ROWS", 50)
+    add_hosts(db, 1)
+    lines = [f'port_tx_bytes_total{{device="h-000",port="eth{p}"}} {i * 10 + p} {T0 + i * STEP}'
+             for i in range(60) for p in range(2)]
+    with db.begin() as conn:
+        ingestor = ingest.Ingestor(conn)
+
+        def parsed() -> Iterator[object]:
+            for k in range(0, len(lines), 20):
+                yield from iter_blocks(["\n".join(lines[k:k + 20]).encode()])
+                ingestor._resolve_all()  # the series are known from here on: rows wait only for blocks
+
+        ingestor.add_prom_blocks(parsed(), 0)  # type: ignore[arg-type]
+        assert ingestor.finish().written == 120
+    with db.connect() as conn:
+        blocks = conn.execute(text("SELECT series_id, first_ts, last_ts FROM sample_blocks ORDER BY 1, 2")).all()
+        assert len(blocks) == 4 and len({b[0] for b in blocks}) == 2  # two flushes of two series
+        for a, b in zip(blocks, blocks[1:], strict=False):
+            assert a[0] != b[0] or a[2] < b[1]  # a series' blocks follow each other
+        stored = conn.execute(text("SELECT value FROM samples x JOIN series s ON s.id = x.series_id "
+                                   "JOIN ports p ON p.id = s.port_id ORDER BY p.name, x.ts")).scalars().all()
+    assert stored == [i * 10 + p for p in range(2) for i in range(60)]
 
 
 def test_reimport_of_overlapping_data(client: TestClient, db: Engine) -> None:

@@ -33,7 +33,8 @@ def test_ahead_on_demand_and_retention(db: Engine) -> None:
     assert ingest_samples(engine=db, samples=[Sample("port_oper_up", 1, old_ts, "h-000", "eth0")]).written == 1
     with db.begin() as conn:
         assert date(2025, 11, 1) in existing_partitions(conn)
-        block = ("INSERT INTO sample_blocks VALUES (1, CAST(:t AS timestamptz), CAST(:t AS timestamptz) + interval '1 h', "
+        block = ("INSERT INTO sample_blocks VALUES (1, CAST(:t AS timestamptz), "
+                 "CAST(:t AS timestamptz) + interval '1 h', "
                  "ARRAY[CAST(:t AS timestamptz), CAST(:t AS timestamptz) + interval '1 h'], ARRAY[1.0, 2.0])")
         conn.execute(text(block), {"t": "2025-11-01T22:00:00Z"})  # ends inside the expired day
         conn.execute(text(block), {"t": "2026-10-31T23:30:00Z"})  # ends after the cutoff: kept
