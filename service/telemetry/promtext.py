@@ -252,20 +252,24 @@ def _whole_lines(chunks: Iterable[bytes], block_bytes: int) -> Iterator[bytes]:
     """Regroup chunks into blocks that end at a line end (the last may not): the first of about
     1 MiB, each next twice as large up to `block_bytes`. Large blocks cost the least per line;
     a small first one lets the consumer start (creating series) sooner."""
-    pending = bytearray()
+    parts: list[bytes] = []
+    held = 0
     size = min(block_bytes, FIRST_BLOCK_BYTES)
     for chunk in chunks:
-        pending += chunk
-        if len(pending) >= size:
+        parts.append(chunk)
+        held += len(chunk)
+        if held >= size:
             size = min(block_bytes, 2 * size)
+            pending = b"".join(parts)
             cut = pending.rfind(b"\n") + 1
             if not cut and len(pending) > MAX_LINE_BYTES:
                 cut = len(pending)  # part of an over-long line, which the line parser refuses
             if cut:
-                yield bytes(pending[:cut])
-                del pending[:cut]
-    if pending:
-        yield bytes(pending)
+                yield pending[:cut] if cut < len(pending) else pending
+            parts = [pending[cut:]] if cut < len(pending) else []
+            held = len(pending) - cut
+    if held:
+        yield b"".join(parts)
 
 
 def _parse_block(data: bytes, first_line: int, valid: set[str]) -> PromBlock | None:
