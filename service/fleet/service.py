@@ -36,7 +36,7 @@ def has_table(conn: Connection, name: str) -> bool:
 _OPER_SQL = """
 SELECT s.port_id, x.value
 FROM series s JOIN devices d ON d.id = s.device_id
-JOIN LATERAL (SELECT value FROM samples WHERE series_id = s.id ORDER BY ts DESC LIMIT 1) x ON true
+JOIN LATERAL last_samples(s.id, 1) x ON true
 WHERE s.metric = 'port_oper_up' AND s.port_id IS NOT NULL AND (CAST(:pod AS text) IS NULL OR d.pod = :pod)
 """
 
@@ -46,7 +46,7 @@ SELECT DISTINCT s.port_id
 FROM series s JOIN devices d ON d.id = s.device_id
 JOIN LATERAL (SELECT max(value) FILTER (WHERE rn = 1) AS cur, max(value) FILTER (WHERE rn = 2) AS prev
               FROM (SELECT value, row_number() OVER (ORDER BY ts DESC) AS rn
-                    FROM (SELECT ts, value FROM samples WHERE series_id = s.id ORDER BY ts DESC LIMIT 2) t) u) x
+                    FROM last_samples(s.id, 2) t) u) x
   ON true
 WHERE s.metric = ANY(:metrics) AND s.port_id IS NOT NULL AND x.prev IS NOT NULL AND x.cur <> x.prev
   AND (CAST(:pod AS text) IS NULL OR d.pod = :pod)
@@ -169,7 +169,7 @@ def topology(conn: Connection, *, pod: str | None = None, hosts: bool = True) ->
 _RX_MARGIN_SQL = """
 SELECT s.port_id, min(x.value - CAST(o.thresholds -> 'rx_power_dbm' ->> 'low_warning' AS float8)) AS margin
 FROM series s JOIN optics o ON o.port_id = s.port_id
-JOIN LATERAL (SELECT value FROM samples WHERE series_id = s.id ORDER BY ts DESC LIMIT 1) x ON true
+JOIN LATERAL last_samples(s.id, 1) x ON true
 WHERE s.metric = 'optic_rx_power_dbm' AND o.thresholds -> 'rx_power_dbm' ? 'low_warning'
   AND x.value <> CAST('NaN' AS float8)  -- NaN readings carry no margin
 GROUP BY s.port_id

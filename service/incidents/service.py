@@ -295,7 +295,7 @@ def _fetch(conn: Connection, series_ids: list[int], lo: datetime, hi: datetime) 
     if not series_ids:
         return out
     for sid, ts, value in conn.execute(text(
-            "SELECT series_id, ts, value FROM samples WHERE series_id = ANY(:ids) AND ts >= :lo AND ts <= :hi "
+            "SELECT series_id, ts, value FROM samples_between(:lo, :hi) WHERE series_id = ANY(:ids) "
             "ORDER BY series_id, ts"), {"ids": series_ids, "lo": lo, "hi": hi}):
         out[sid].append((ts, value))
     return out

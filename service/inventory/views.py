@@ -107,7 +107,7 @@ LEFT JOIN ports pp ON pp.id = CASE WHEN l.a_port_id = p.id THEN l.b_port_id ELSE
 LEFT JOIN devices pd ON pd.id = pp.device_id
 LEFT JOIN series s ON s.metric = 'port_oper_up' AND s.device_id = p.device_id AND s.port_id = p.id
      AND s.lane IS NULL AND s.priority IS NULL AND s.gpu IS NULL
-LEFT JOIN LATERAL (SELECT value, ts FROM samples x WHERE x.series_id = s.id ORDER BY ts DESC LIMIT 1) st ON true
+LEFT JOIN LATERAL last_samples(s.id, 1) st ON true
 WHERE p.device_id = :id
 ORDER BY p.id
 """
@@ -228,7 +228,7 @@ _DOM_SQL = """
 SELECT s.port_id, s.metric, s.lane, x.ts, x.value
 FROM unnest(CAST(:devices AS int[]), CAST(:ports AS int[])) AS t(device_id, port_id)
 JOIN series s ON s.device_id = t.device_id AND s.port_id = t.port_id AND s.metric = ANY(:metrics)
-JOIN LATERAL (SELECT ts, value FROM samples WHERE series_id = s.id ORDER BY ts DESC LIMIT 1) x ON true
+JOIN LATERAL last_samples(s.id, 1) x ON true
 """
 
 

@@ -82,8 +82,8 @@ LIMIT :limit
 """
 
 _POINTS_SQL = """
-SELECT (extract(epoch FROM ts) * 1000)::bigint, value FROM samples
-WHERE series_id = :sid AND ts >= :start AND ts <= :end ORDER BY ts
+SELECT (extract(epoch FROM ts) * 1000)::bigint, value FROM samples_between(:start, :end)
+WHERE series_id = :sid ORDER BY ts
 """
 
 
@@ -176,8 +176,8 @@ def _pick_level(span: timedelta, step_s: float | None, after_s: tuple[float, flo
 
 
 _TAIL_SQL = """
-SELECT series_id, (extract(epoch FROM ts) * 1000)::bigint, value FROM samples
-WHERE series_id = ANY(:sids) AND ts >= :start AND ts <= :end ORDER BY series_id, ts
+SELECT series_id, (extract(epoch FROM ts) * 1000)::bigint, value FROM samples_between(:start, :end)
+WHERE series_id = ANY(:sids) ORDER BY series_id, ts
 """
 
 

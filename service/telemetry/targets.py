@@ -73,7 +73,7 @@ def record_status(conn: Connection, *, endpoint_id: int, result: CollectResult, 
 _PREV_OPER_SQL = """
 SELECT DISTINCT ON (s.port_id) s.port_id, p.name, x.value
 FROM series s JOIN ports p ON p.id = s.port_id
-JOIN LATERAL (SELECT value FROM samples WHERE series_id = s.id AND ts < :ts ORDER BY ts DESC LIMIT 1) x ON true
+JOIN LATERAL last_samples(s.id, 1, :ts) x ON true
 WHERE s.device_id = :device_id AND s.metric = 'port_oper_up'
 """
 

@@ -216,6 +216,13 @@ def test_imports_store_blocks_and_pushes_rows_and_readers_see_both(client: TestC
             "SELECT (extract(epoch FROM ts) * 1000)::bigint FROM samples_between(to_timestamp(:lo / 1000.0), "
             "to_timestamp(:hi / 1000.0)) ORDER BY ts"), {"lo": lo, "hi": hi}).scalars().all()
         assert between == [ts for ts, _ in [*tx, *push, *[(t, 0) for t, _ in rx]] if lo <= ts <= hi]
+        sid = conn.execute(text("SELECT id FROM series WHERE metric = 'port_tx_bytes_total'")).scalar_one()
+        last = text("SELECT (extract(epoch FROM ts) * 1000)::bigint, value FROM last_samples(:sid, :n, "
+                    "COALESCE(to_timestamp(:before / 1000.0), 'infinity'))")
+        assert conn.execute(last, {"sid": sid, "n": 3, "before": None}).all() == [push[1], push[0], tx[-1]]
+        # before the rows: the newest samples of the blocks, across the day boundary
+        assert [tuple(r) for r in conn.execute(last, {"sid": sid, "n": 6, "before": push[0][0]})] == tx[-6:][::-1]
+        assert [tuple(r) for r in conn.execute(last, {"sid": sid, "n": 2, "before": tx[7][0]})] == [tx[6], tx[5]]
 
 
 def test_an_import_larger_than_the_block_buffer_stores_consecutive_blocks(db: Engine,
