@@ -229,6 +229,9 @@ class PromBlock:
 
 
 BLOCK_BYTES = 32 << 20
+ARROW_FROM_BYTES = 256 << 10  # smaller blocks (pushes) are split in Python: Arrow's cost per call is more
+# series texts found valid, process-wide like `_PARSED` (pushes repeat them), emptied when full
+_VALID_TEXTS: set[str] = set()
 FIRST_BLOCK_BYTES = 1 << 20
 
 
@@ -238,9 +241,8 @@ def iter_blocks(chunks: Iterable[bytes], source: str = "body",
     else one PromSample per sample line of the block. Raises PromParseError at the first bad
     line and UnicodeDecodeError if the stream is not UTF-8."""
     lineno = 1
-    valid: set[str] = set()  # series texts of this stream found valid
     for data in _whole_lines(chunks, block_bytes):
-        block = _parse_block(data, lineno, valid)
+        block = _parse_block(data, lineno)
         if block is not None:
             yield block
         else:
@@ -272,16 +274,16 @@ def _whole_lines(chunks: Iterable[bytes], block_bytes: int) -> Iterator[bytes]:
         yield b"".join(parts)
 
 
-def _parse_block(data: bytes, first_line: int, valid: set[str]) -> PromBlock | None:
+def _parse_block(data: bytes, first_line: int) -> PromBlock | None:
     """Columns if every line is exactly `series value ts` (two single spaces, no carriage return,
     not over-long, a valid series, numbers read as `iter_samples` reads them); else None.
 
-    The columns come from Arrow's CSV reader (space-separated, no quoting), which does in C++
+    Large blocks are read by Arrow's CSV reader (space-separated, no quoting), which does in C++
     what would otherwise be a Python step per line. It is used only where its reading is
     `iter_samples`' own: every line has exactly three fields, Arrow's number parsing refuses
     (and so sends to the line parser) every form `float` and `int` refuse except `nan(...)`,
-    which is checked here, and each distinct series text is validated (`parse_series`, unless it
-    has the canonical shape or was validated before in `valid`, this stream's set)."""
+    which is checked there. Each distinct series text is validated (`parse_series`, unless it
+    has the canonical shape or was found valid before)."""
     if b"\r" in data:  # a line end to Arrow, not to the line parser
         return None
     ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
@@ -289,21 +291,46 @@ def _parse_block(data: bytes, first_line: int, valid: set[str]) -> PromBlock | N
         ends = np.append(ends, len(data))
     if not len(ends) or np.diff(ends, prepend=-1).max() > MAX_LINE_BYTES:  # a line's length with its newline
         return None
-    from service.telemetry import arrow_columns
+    if len(data) < ARROW_FROM_BYTES:
+        columns = _split_columns(data, ends)
+    else:
+        from service.telemetry import arrow_columns
 
-    columns = arrow_columns.read(data)  # refuses any line without exactly three fields (two spaces)
+        columns = arrow_columns.read(data)  # refuses any line without exactly three fields (two spaces)
     if columns is None or len(columns[1]) != len(ends):
         return None
     texts, codes, values, ts_ms = columns
     canonical = CANONICAL_SERIES_RE.fullmatch
     try:
         for s in texts:
-            if s not in valid and s not in _PARSED and canonical(s) is None:
+            if s not in _VALID_TEXTS and s not in _PARSED and canonical(s) is None:
                 parse_series(s)
     except ValueError:
         return None
-    valid.update(texts)
+    if len(_VALID_TEXTS) + len(texts) > SHARED_CACHE_LIMIT:
+        _VALID_TEXTS.clear()
+    _VALID_TEXTS.update(texts)
     return PromBlock(first_line, texts, codes, values, ts_ms)
+
+
+def _split_columns(data: bytes, ends: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray] | None:
+    """`arrow_columns.read` for small blocks, split in Python: numbers are read by `float` and
+    `int` themselves; None unless every line has two single spaces."""
+    spaces = np.flatnonzero(np.frombuffer(data, np.uint8) == 32)
+    if len(spaces) != 2 * len(ends) or (np.diff(np.searchsorted(spaces, ends), prepend=0) != 2).any():
+        return None
+    tokens = data.decode("utf-8").replace("\n", " ").split(" ")
+    if data.endswith(b"\n"):
+        tokens.pop()  # after the last newline
+    series = tokens[0::3]
+    try:
+        values = np.fromiter(map(float, tokens[1::3]), np.float64, len(series))
+        ts_ms = np.fromiter(map(int, tokens[2::3]), np.int64, len(series))
+    except (ValueError, OverflowError):
+        return None
+    texts = list(dict.fromkeys(series))
+    index = dict(zip(texts, range(len(texts)), strict=True))
+    return texts, np.fromiter(map(index.__getitem__, series), np.int32, len(series)), values, ts_ms
 
 
 def parse_lines(lines: Iterable[str], source: str = "body") -> Iterator[PromLine]:

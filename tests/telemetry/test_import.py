@@ -294,10 +294,16 @@ def test_fast_path_parses_like_the_full_parser() -> None:
         assert run(True, ls) == run(False, ls), ls
 
 
-def test_blocks_parse_like_the_line_parser() -> None:
-    """`iter_blocks` (columns for blocks of plain lines, else line by line) gives what the full
-    line parser gives, line numbers and errors included, however the input is cut into chunks."""
+@pytest.mark.parametrize("arrow_from", [0, None], ids=["arrow", "split"])
+def test_blocks_parse_like_the_line_parser(arrow_from: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`iter_blocks` (columns for blocks of plain lines, read by Arrow or, when small, split in
+    Python; else line by line) gives what the full line parser gives, line numbers and errors
+    included, however the input is cut into chunks."""
+    from service.telemetry import promtext
     from service.telemetry.promtext import PromBlock, PromParseError, _parse_line, iter_blocks, parse_series
+
+    if arrow_from is not None:
+        monkeypatch.setattr(promtext, "ARROW_FROM_BYTES", arrow_from)
 
     lines = ['m{a="1",b="x"} 1 5', 'm{a="1",b="x"} -2.5e3 7', 'm{a="2"} 3 9', "m 4 11", 'm{a="é"} 1 2',
              'm{a="1"} NaN 3', 'm{a="1"} 1_0 3', 'm{a="1"} 1 +3', 'm{a="1"} 1e999 4', 'm{a="1"} 1 99999999999999999999',
