@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, date, datetime, timedelta
 
+import psycopg
 from sqlalchemy import Engine, text
 
+from service.telemetry.ingest import Ingestor
 from service.telemetry.partitions import (
     drop_expired,
     ensure_ahead,
@@ -80,3 +83,37 @@ def test_brin_ranges_are_summarized_before_the_rollups_read(db: Engine) -> None:
     assert run.chunks >= 1 and run.rows > 0
     with db.begin() as conn:
         assert summarize_new_ranges(conn, day, day) == 0  # the rollup summarized the second fill first
+
+
+def test_concurrent_ingests_of_a_new_day_create_its_partition_once(db: Engine, db_url: str) -> None:
+    """Pushes from many connections at once into days without a partition (a day's start, with
+    the API's pooled connections): one creates it, the others wait for its lock and then must see
+    it. Checking again with to_regclass after the lock saw no table here in hundreds of cases."""
+    add_hosts(db, 1)
+    url = db_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    connections = [psycopg.connect(url) for _ in range(8)]
+    errors: list[str] = []
+
+    def push(conn: psycopg.Connection[object], day: int) -> None:
+        ts = int(datetime(2024, 3, 1, tzinfo=UTC).timestamp() * 1000) + day * 86_400_000
+        try:
+            Ingestor(conn).import_exposition([f'port_oper_up{{device="h-000",port="eth0"}} 1 {ts}'.encode()], "t", 0)
+            conn.commit()
+        except psycopg.Error as exc:
+            conn.rollback()
+            errors.append(str(exc))
+
+    try:
+        for day in range(12):
+            pushes = [threading.Thread(target=push, args=(c, day)) for c in connections]
+            for t in pushes:
+                t.start()
+            for t in pushes:
+                t.join(30)
+    finally:
+        for c in connections:
+            c.close()
+    assert errors == []
+    with db.connect() as conn:
+        assert len([d for d in existing_partitions(conn) if d.year == 2024]) == 12
+        assert conn.execute(text("SELECT count(*) FROM samples")).scalar_one() == 12  # one per day, the rest repeats
