@@ -1,4 +1,4 @@
-"""The one ingest path: canonical samples -> series ids -> binary COPY into `samples`.
+"""The one ingest path: canonical samples -> series ids -> binary COPY into `sample_rows` / `sample_blocks`.
 
 Collectors, the import API and `fabricwatch import` all come through `Ingestor`. It runs
 inside the caller's transaction, so a caller that fails half way (a malformed line, a lost
@@ -8,13 +8,15 @@ Rows take one of two routes into `samples`:
 - direct: a series created by this transaction cannot have stored rows (its id is unknown
   to anyone else until we commit), so while its timestamps increase its rows go straight
   in with a binary COPY, sorted by (series, time) within each batch so the primary key
-  fills in order. During `add_prom_blocks` that COPY stays open while the caller keeps
-  parsing, so the server stores rows in parallel with the parser;
+  fills in order. During `add_prom_blocks` (an import) they wait instead, up to
+  `_MAX_BLOCKED_ROWS`, and go in as blocks: a series' samples of one day as one row of arrays
+  in `sample_blocks` (one heap tuple and one key entry instead of one per sample; migration 0100);
 - staged: rows of series that existed before, and a timestamp that does not increase
   within the input (possibly a duplicate), are first tried with a plain COPY under a
   savepoint (polls bring new timestamps); if one is stored already, they go through a
   temp table and INSERT .. ON CONFLICT DO NOTHING, so a re-import (or a retried Celery
-  task) stores no duplicates and the report counts them.
+  task) stores no duplicates and the report counts them. Where a block of their series spans
+  their time, they are checked against the blocks too.
 
 Each distinct series gets a slot on first sight. Series text this process resolved before
 (a poller pushes the same series every interval) takes its id from a per-process cache, all
