@@ -1,12 +1,12 @@
-"""series: the identity key leads with device and port, and replaces the (device_id, metric) index
+"""series: the identity key leads with device and metric, and replaces the (device_id, metric) index
 
 An import of a new fabric creates every series at once (110k for 512 hosts), and most of that time
 went to index inserts: the identity key led with the metric text, so new series, which come device
-by device, landed in one of ~30 places of it, each found by text comparisons. Led by (device_id,
-port_id), the same key fills almost in order and also serves every lookup by device, or device and
-port, that `series_device_metric` served; that index goes. A lookup by metric alone now reads the
-table (~40 MB at 400k series): those readers (fleet views, dashboards) take a large share of the
-series anyway.
+by device, landed in one of ~30 places of it. Led by (device_id, metric), the same key fills almost
+in order (one device's few pages at a time) and serves every lookup `series_device_metric` served
+(by device, or device and metric, as ingest's join of staged series does); that index goes. A lookup
+by metric alone now reads the table (~40 MB at 400k series): those readers (fleet views, dashboards)
+take a large share of the series anyway.
 
 Revision ID: 0110
 Revises: 0100
@@ -29,7 +29,7 @@ def _identity(columns: str) -> None:
 
 
 def upgrade() -> None:
-    _identity("device_id, port_id, metric, lane, priority, gpu")
+    _identity("device_id, metric, port_id, lane, priority, gpu")
     op.execute("DROP INDEX series_device_metric")
 
 

@@ -44,8 +44,8 @@ class Series(Base):
     counter_bits: Mapped[int | None] = mapped_column(SmallInteger)
     saturating: Mapped[bool] = mapped_column(Boolean, default=False)
     __table_args__ = (
-        # led by device and port: new series come device by device, and lookups by device use it
-        UniqueConstraint("device_id", "port_id", "metric", "lane", "priority", "gpu",
+        # led by device: new series come device by device, and lookups by device (and metric) use it
+        UniqueConstraint("device_id", "metric", "port_id", "lane", "priority", "gpu",
                          name="series_identity", postgresql_nulls_not_distinct=True),
         Index("series_port", "port_id"),
     )
