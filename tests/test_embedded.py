@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from kombu import Connection
 
 from service import embedded
-from service.embedded import EmbeddedError, EmbeddedPostgres, check_data_dir, resolve_urls
+from service.embedded import _STOP_TIMEOUT_S, EmbeddedError, EmbeddedPostgres, check_data_dir, resolve_urls
 from tests.paths import REPO
 
 pytestmark = pytest.mark.timeout(60)
@@ -136,7 +136,8 @@ def test_signal_to_owner_leaves_nothing_running(data_dir: Path, sig: signal.Sign
                 assert _select(guest.url, "SELECT 1") == 1
             assert _server_pids(data_dir) == running
         holder.send_signal(sig)
-        rc = holder.wait(timeout=20)
+        # the owner may take as long as its stop is allowed to (pg_ctl's fast shutdown, then the kills)
+        rc = holder.wait(timeout=_STOP_TIMEOUT_S + 20)
     finally:
         if holder.poll() is None:
             holder.kill()
