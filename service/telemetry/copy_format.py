@@ -7,6 +7,8 @@ followed by its elements as fields.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
@@ -65,3 +67,16 @@ def pack_blocks(sid: np.ndarray, ts_ms: np.ndarray, values: np.ndarray, counts: 
         rec["vals"]["len"], rec["vals"]["v"] = 8, values[at]
         parts.append(rec.tobytes())
     return b"".join(parts)
+
+
+def pack_blocks_in_parts(sid: np.ndarray, ts_ms: np.ndarray, values: np.ndarray, counts: np.ndarray,
+                         part_samples: int) -> Iterator[bytes]:
+    """`pack_blocks` in parts of about `part_samples` samples (whole blocks each), so that a COPY
+    can store one part while the next is packed."""
+    starts = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=starts[1:])
+    cuts = np.unique(np.searchsorted(starts, np.arange(part_samples, starts[-1], part_samples)))
+    for b0, b1 in zip([0, *cuts.tolist()], [*cuts.tolist(), len(counts)], strict=True):
+        s0, s1 = starts[b0], starts[b1]
+        if b1 > b0:
+            yield pack_blocks(sid[s0:s1], ts_ms[s0:s1], values[s0:s1], counts[b0:b1])

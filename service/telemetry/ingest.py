@@ -42,7 +42,7 @@ import numpy as np
 import psycopg
 
 from service.telemetry import catalogue
-from service.telemetry.copy_format import HEADER, ROW_BYTES, ROW_DTYPE, TRAILER, pack_blocks, pack_rows
+from service.telemetry.copy_format import HEADER, ROW_BYTES, ROW_DTYPE, TRAILER, pack_blocks_in_parts, pack_rows
 from service.telemetry.partitions import create_partitions
 from service.telemetry.promtext import (
     CANONICAL_SERIES_RE,
@@ -84,7 +84,7 @@ _NEW_SERIES_SQL = """
 INSERT INTO series (metric, device_id, port_id, lane, priority, gpu, counter_bits, saturating)
 SELECT metric, device_id, port_id, lane, priority, gpu, counter_bits, saturating FROM series_stage ORDER BY ord
 ON CONFLICT ON CONSTRAINT series_identity DO NOTHING
-RETURNING id, metric, device_id, port_id, lane, priority, gpu
+RETURNING id
 """
 _STAGED_IDS_SQL = """
 SELECT s.id FROM series_stage st JOIN series s
@@ -102,6 +102,7 @@ _DAY_MS = 86_400_000
 # fewer than _MIN_BLOCK_SAMPLES samples of a day among them stays rows.
 _MAX_BLOCKED_ROWS = 4 << 20
 _MIN_BLOCK_SAMPLES = 4
+_BLOCK_PART_SAMPLES = 1 << 18  # blocks are packed and sent in parts of about this many samples (~8 MB)
 _BLOCKS_NEAR_SQL = ("SELECT EXISTS (SELECT 1 FROM sample_blocks WHERE series_id = ANY(%s::int[]) "
                     "AND last_ts >= %s AND first_ts <= %s)")
 _MOVE_PAST_BLOCKS_SQL = """
@@ -147,23 +148,17 @@ class IngestReport:
 
 
 @dataclass(slots=True)
-class _Slot:
-    """A distinct series of this ingest; its id and routing state are in `Ingestor`'s per-slot arrays."""
+class _Resolution:
+    """What resolving a round of keys found, by position: series ids (`_REJECTED` where none),
+    whether this transaction created them, and why rejected ones are: ("device" or "port", label)."""
 
-    key: SeriesKey
-    index: int
-    bits: int | None = None
-    saturating: bool = False
+    sids: np.ndarray
+    created: np.ndarray
+    rejected: dict[int, tuple[str, str]]
 
-
-@dataclass(frozen=True, slots=True)
-class _Outcome:
-    """What resolving one slot found: a series id, or why the series was rejected."""
-
-    sid: int | None
-    created: bool = False
-    unknown: str = ""  # "device" or "port"
-    label: str = ""
+    @classmethod
+    def empty(cls, n: int) -> _Resolution:
+        return cls(np.full(n, _REJECTED, np.int64), np.zeros(n, bool), {})
 
 
 class _KnownSeries:
@@ -187,10 +182,9 @@ class _KnownSeries:
 _KNOWN = _KnownSeries()  # SeriesKey -> id
 _KNOWN_TEXTS = _KnownSeries()  # `name{labels}` text -> id
 
-# Pure functions of the text, kept process-wide because pushes repeat the same series every poll:
-# keys that pass the catalogue check (`Ingestor._check`), and exposition text -> such a key.
-_VALID: dict[SeriesKey, SeriesKey] = {}
-_VALID_KEYS: dict[str, SeriesKey] = {}
+# exposition text that takes a full parse -> its key, process-wide because pushes repeat the same
+# series every poll (texts of the canonical shape take one regex match instead)
+_TEXT_KEYS: dict[str, SeriesKey] = {}
 
 
 def _remember(cache: dict[Any, Any], k: Any, v: Any) -> None:
@@ -220,60 +214,63 @@ class _Resolver:
                 return None
             return set(cur.execute(_ALIVE_SQL, [ids]).fetchone()[0])
 
-    def resolve(self, wanted: list[tuple[SeriesKey, int | None, bool]]) -> list[_Outcome]:
-        """Outcomes for (key, counter_bits, saturating), in order; creates missing series."""
-        known = self.known
-        hints = [known.get(k) for k, _, _ in wanted]
+    def resolve(self, keys: list[SeriesKey], bits: dict[int, tuple[int, bool]]) -> _Resolution:
+        """Series ids for keys, in order, creating missing series; `bits` has (counter_bits,
+        saturating) by position where the caller knows them."""
+        hints = list(map(self.known.get, keys))
         hinted = [sid for sid in hints if sid is not None]
-        if hinted:
-            alive = self.alive(hinted)
-            if alive is None and len(hinted) == len(hints):  # every key known and alive
-                return [_Outcome(sid) for sid in hinted]  # type: ignore[arg-type]
-            rest = [w for w, sid in zip(wanted, hints, strict=True)
-                    if sid is None or (alive is not None and sid not in alive)]
-            found = iter(self._resolve(rest))
-            return [_Outcome(sid) if sid is not None and (alive is None or sid in alive) else next(found)
-                    for sid in hints]
-        return self._resolve(wanted)
+        if not hinted:
+            return self._resolve(keys, bits)
+        alive = self.alive(hinted)
+        out = _Resolution(np.array([_REJECTED if sid is None else sid for sid in hints], np.int64),
+                          np.zeros(len(keys), bool), {})
+        rest = [i for i, sid in enumerate(hints) if sid is None or (alive is not None and sid not in alive)]
+        if rest:
+            found = self._resolve([keys[i] for i in rest], {j: bits[i] for j, i in enumerate(rest) if i in bits})
+            out.sids[rest], out.created[rest] = found.sids, found.created
+            out.rejected = {rest[j]: why for j, why in found.rejected.items()}
+        return out
 
-    def _resolve(self, wanted: list[tuple[SeriesKey, int | None, bool]]) -> list[_Outcome]:
+    def _resolve(self, keys: list[SeriesKey], bits: dict[int, tuple[int, bool]]) -> _Resolution:
+        out = _Resolution.empty(len(keys))
         with self.raw.cursor() as cur:
             if self._devices is None:
                 self._devices = dict(cur.execute("SELECT name, id FROM devices").fetchall())
-            devices = self._devices
-            unseen = {devices[k[1]] for k, _, _ in wanted if k[1] in devices} - self._ports.keys()
+            devices, ports = self._devices, self._ports
+            unseen = {devices[k[1]] for k in keys if k[1] in devices} - ports.keys()
             if unseen:
                 for dev in unseen:
-                    self._ports[dev] = {}
+                    ports[dev] = {}
                 for dev, name, pid in cur.execute("SELECT device_id, name, id FROM ports WHERE device_id = ANY(%s)",
                                                   [list(unseen)]):
-                    self._ports[dev][name] = pid
-            outcomes: list[_Outcome | None] = []
-            to_create = []
-            for key, bits, saturating in wanted:
+                    ports[dev][name] = pid
+            at: list[int] = []  # positions of the keys whose device (and port) exist
+            rows: list[tuple[SeriesKey, int, int | None, int | None, bool]] = []
+            for i, key in enumerate(keys):
                 dev = devices.get(key[1])
                 port = key[2]
                 if dev is None:
-                    outcomes.append(_Outcome(None, unknown="device", label=key[1]))
-                elif port is not None and port not in self._ports[dev]:
-                    outcomes.append(_Outcome(None, unknown="port", label=f"{key[1]}:{port}"))
+                    out.rejected[i] = ("device", key[1])
+                elif port is None:
+                    at.append(i)
+                    rows.append((key, dev, None, *bits.get(i, (None, False))))
+                elif (pid := ports[dev].get(port)) is None:
+                    out.rejected[i] = ("port", f"{key[1]}:{port}")
                 else:
-                    outcomes.append(None)
-                    to_create.append((key[0], dev, None if port is None else self._ports[dev][port], key[3], key[4],
-                                      key[5], bits, saturating, len(outcomes) - 1))
-            if to_create:
-                self._lock_parents(cur, to_create)
-                for row, (sid, created) in zip(to_create, self._create(cur, to_create), strict=True):
-                    outcomes[row[-1]] = _Outcome(sid, created=created)
-                    if not created:  # committed by someone; ours may still roll back
-                        _remember(self.known, wanted[row[-1]][0], sid)
-        return [o for o in outcomes if o is not None]
+                    at.append(i)
+                    rows.append((key, dev, pid, *bits.get(i, (None, False))))
+            if rows:
+                self._lock_parents(cur, {r[1] for r in rows}, {r[2] for r in rows} - {None})
+                out.sids[at], out.created[at] = self._create(cur, rows)
+                for i in np.flatnonzero(~out.created[at]).tolist():  # committed by someone; ours may roll back
+                    _remember(self.known, rows[i][0], int(out.sids[at[i]]))
+        return out
 
     @staticmethod
-    def _lock_parents(cur: psycopg.Cursor[Any], rows: list[tuple[Any, ...]]) -> None:
+    def _lock_parents(cur: psycopg.Cursor[Any], devices: set[int], ports: set[int]) -> None:
         """Lock the devices and ports that new series name until commit, as foreign keys would (series
         have none, see migration 0080): a parent deleted meanwhile fails this ingest, which is retried."""
-        for table, ids in (("devices", {r[1] for r in rows}), ("ports", {r[2] for r in rows} - {None})):
+        for table, ids in (("devices", devices), ("ports", ports)):
             if ids:
                 locked = cur.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE id = ANY(%s) "
                                      "FOR KEY SHARE) l", [list(ids)]).fetchone()[0]
@@ -281,8 +278,10 @@ class _Resolver:
                     raise psycopg.errors.ForeignKeyViolation(
                         f"{len(ids) - locked} of the {table} named by new series were deleted during this ingest")
 
-    def _create(self, cur: psycopg.Cursor[Any], rows: list[tuple[Any, ...]]) -> list[tuple[int, bool]]:
-        """(series id, created by us) per row.
+    def _create(self, cur: psycopg.Cursor[Any], rows: list[tuple[SeriesKey, int, int | None, int | None, bool]]
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Series ids, and whether we created them, for (key, device_id, port_id, counter_bits,
+        saturating) rows.
 
         First try the common case, all new: take ids from the sequence and COPY the rows straight
         into `series`, under a savepoint. If one exists already (or another ingest creates it
@@ -293,29 +292,26 @@ class _Resolver:
         a wait for the GIL too, so few large writes beat many small ones.
         """
         ids = cur.execute(_SERIES_IDS_SQL, [len(rows)]).fetchone()[0]
-        lines = [f"{m}\t{d}\t{_txt(p)}\t{_txt(ln)}\t{_txt(pr)}\t{_txt(g)}\t{_txt(b)}\t{'t' if sat else 'f'}"
-                 for m, d, p, ln, pr, g, b, sat, _ in rows]
+        n = "\\N"  # NULL in COPY's text format
+        lines = [f"{k[0]}\t{d}\t{n if p is None else p}\t{n if k[3] is None else k[3]}\t{n if k[4] is None else k[4]}\t"
+                 f"{n if k[5] is None else k[5]}\t{n if b is None else b}\t{'t' if sat else 'f'}"
+                 for k, d, p, b, sat in rows]
         payload = "".join([f"{sid}\t{line}\n" for sid, line in zip(ids, lines, strict=True)])
         try:
             with self.raw.transaction(), cur.copy(_SERIES_DIRECT_COPY) as copy:
                 copy.write(payload)
-            return [(sid, True) for sid in ids]
+            return np.array(ids, np.int64), np.ones(len(ids), bool)
         except psycopg.errors.UniqueViolation:
             pass
         _stage_tables(cur)
-        payload = "".join([f"{line}\t{row[-1]}\n" for line, row in zip(lines, rows, strict=True)])
         with cur.copy(_SERIES_COPY) as copy:
-            copy.write(payload)
-        new = {tuple(r[1:]): r[0] for r in cur.execute(_NEW_SERIES_SQL).fetchall()}
-        if len(new) == len(rows):
-            ids = [new[r[:6]] for r in rows]
-        else:
-            ids = [r[0] for r in cur.execute(_STAGED_IDS_SQL).fetchall()]
+            copy.write("".join([f"{line}\t{i}\n" for i, line in enumerate(lines)]))
+        created = {r[0] for r in cur.execute(_NEW_SERIES_SQL).fetchall()}
+        ids = [r[0] for r in cur.execute(_STAGED_IDS_SQL).fetchall()]
         cur.execute("TRUNCATE series_stage")
         if len(ids) != len(rows):
             raise RuntimeError(f"resolved {len(ids)} series ids for {len(rows)} new series")
-        created = set(new.values())
-        return [(sid, sid in created) for sid in ids]
+        return np.array(ids, np.int64), np.isin(ids, list(created))
 
 
 class Ingestor:
@@ -333,7 +329,8 @@ class Ingestor:
             conn if isinstance(conn, psycopg.Connection) else conn.connection.driver_connection)  # type: ignore[assignment]
         self._resolver = _Resolver(self._raw)
         self._nslots = 0
-        self._by_key: dict[SeriesKey, _Slot] = {}
+        self._by_key: dict[SeriesKey, int] = {}  # -> slot index
+        self._shape_checks: dict[tuple[Any, ...], tuple[Counter[str], str] | None] = {}  # see `_new_slots`
         self._rejections: dict[int, tuple[Counter[str], str]] = {}  # slot index -> (report bucket, label)
         self._by_text: dict[str, int] = {}  # exposition text -> slot index
         self._unhinted: list[str] = []  # texts given slots by `_text_slots`
@@ -342,10 +339,13 @@ class Ingestor:
         self._sid = np.empty(0, np.int64)
         self._created = np.empty(0, bool)
         self._last_ts = np.empty(0, np.int64)
-        self._pending: list[_Slot] = []
+        # slots waiting for a round of resolution, their keys, and counter bits of slots given them
+        self._pending: list[int] = []
+        self._pending_keys: list[SeriesKey] = []
+        self._bits: dict[int, tuple[int, bool]] = {}
         self._streaming = False  # inside add_prom_blocks: COPY kept open, rounds on a worker thread
         self._worker: ThreadPoolExecutor | None = None  # started by the first round while streaming
-        self._inflight: tuple[Future[list[_Outcome]], list[_Slot]] | None = None
+        self._inflight: tuple[Future[_Resolution], list[int]] | None = None
         self._rows = _Rows()  # added one by one, not yet routed
         self._held: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # waiting for their series
         self._held_rows = 0
@@ -356,14 +356,22 @@ class Ingestor:
         self._copy: psycopg.Copy | None = None
         self._copy_stack = ExitStack()
         self._days: set[int] = set()
+        # the texts of the stream being added (`PromBlock.texts`), their slots (-1: lines refused, why)
+        self._stream_texts: list[str] | None = None
+        self._stream_slots = np.empty(0, np.int64)
+        self._stream_refused: dict[int, str] = {}
 
     # -- adding -----------------------------------------------------------------------
     def add(self, s: Sample) -> None:
         key = (s.metric, s.device, s.port, s.lane, s.priority, s.gpu)
-        slot = self._by_key.get(key) or self._new_slots([key])[0]
-        if s.counter_bits is not None and self._sid[slot.index] == _UNRESOLVED:
-            slot.bits, slot.saturating = s.counter_bits, s.saturating
-        self._add(slot.index, s.ts_ms, s.value)
+        index = self._by_key.get(key)
+        if index is None:
+            index = self._new_slots([key])[0]
+        if s.counter_bits is not None and self._sid[index] == _UNRESOLVED:
+            self._bits[index] = (s.counter_bits, s.saturating)
+        if len(self._pending) >= _RESOLVE_MIN_SLOTS:  # after the bits are noted: they go with the round
+            self._maybe_resolve()
+        self._add(index, s.ts_ms, s.value)
 
     def add_prom_sample(self, sample: PromSample, default_ts_ms: int) -> None:
         """Add one parsed exposition line; entity labels name the series, others are ignored."""
@@ -419,29 +427,39 @@ class Ingestor:
         # partitions first: while a round of new series (started below) holds the connection they
         # could not be created without waiting for it
         self._ensure_partitions(block.ts_ms)
-        texts, by_text = block.texts, self._by_text
-        found = list(map(by_text.get, texts))
-        if None in found and self._adopt_known(texts, found):
-            found = list(map(by_text.get, texts))
-        refused: dict[int, str] = {}  # text index -> why its lines are refused
-        if None in found:  # series not seen by this ingestor yet
-            new = [i for i, index in enumerate(found) if index is None]
-            for i, got in zip(new, self._text_slots([texts[i] for i in new]), strict=True):
-                if isinstance(got, str):
-                    refused[i], got = got, -1
-                found[i] = got
-        idx = np.array(found, np.int64)[block.codes]
+        if block.texts is not self._stream_texts:  # a new stream
+            self._stream_texts, self._stream_slots, self._stream_refused = block.texts, np.empty(0, np.int64), {}
+        if len(block.texts) > len(self._stream_slots):
+            self._map_stream_texts(block.texts[len(self._stream_slots):])
+        idx = self._stream_slots[block.codes]
         values, ts_ms = block.values, block.ts_ms
-        if refused:
+        refused = idx < 0
+        if refused.any():
             r = self.report
-            at = np.flatnonzero(idx < 0)
+            at = np.flatnonzero(refused)
             r.received += len(at)
             for line, code in zip((at + block.first_line).tolist(), block.codes[at].tolist(), strict=True):
-                r.invalid[f"line {line}: {refused[code]}"] += 1
-            keep = idx >= 0
+                r.invalid[f"line {line}: {self._stream_refused[code]}"] += 1
+            keep = ~refused
             idx, values, ts_ms = idx[keep], values[keep], ts_ms[keep]
         self._maybe_resolve()
         self._route(idx, ts_ms, values)
+
+    def _map_stream_texts(self, texts: list[str]) -> None:
+        """Slots for texts new to the stream (`StreamTexts`), appended to `_stream_slots`: -1 for a
+        text whose lines are refused, with the reason in `_stream_refused`."""
+        by_text = self._by_text
+        found = list(map(by_text.get, texts))
+        if None in found and self._adopt_known(texts, found):
+            found = list(map(by_text.get, texts))
+        if None in found:  # series not seen by this ingestor yet
+            new = [i for i, index in enumerate(found) if index is None]
+            base = len(self._stream_slots)
+            for i, got in zip(new, self._text_slots([texts[i] for i in new]), strict=True):
+                if isinstance(got, str):
+                    self._stream_refused[base + i], got = got, -1
+                found[i] = got
+        self._stream_slots = np.append(self._stream_slots, np.array(found, np.int64))
 
     def _adopt_known(self, texts: list[str], found: list[int | None]) -> bool:
         """Give slots in bulk to texts whose series this process resolved before and that still
@@ -482,7 +500,9 @@ class Ingestor:
         keys = [_text_key(t, p) for t, p in zip(texts, parsed or [None] * len(texts), strict=True)]
         by_key = self._by_key
         self._new_slots([k for k in dict.fromkeys(keys) if not isinstance(k, str) and k not in by_key])
-        out: list[int | str] = [k if isinstance(k, str) else by_key[k].index for k in keys]
+        if len(self._pending) >= _RESOLVE_MIN_SLOTS:
+            self._maybe_resolve()
+        out: list[int | str] = [k if isinstance(k, str) else by_key[k] for k in keys]
         given = [(t, o) for t, o in zip(texts, out, strict=True) if not isinstance(o, str)]
         self._by_text.update(given)
         self._unhinted.extend(t for t, _ in given)
@@ -501,22 +521,25 @@ class Ingestor:
             self._maybe_resolve()
             self._route(idx, ts_ms, values)
 
-    def _new_slots(self, keys: list[SeriesKey]) -> list[_Slot]:
+    def _new_slots(self, keys: list[SeriesKey]) -> range:
         """Slots for keys without one; those that pass the checks needing no database wait to be
-        resolved, a round of which starts here if enough are waiting."""
-        slots = [_Slot(key, index) for index, key in enumerate(keys, self._alloc(len(keys)))]
-        self._by_key.update(zip(keys, slots, strict=True))
-        for slot in slots:
-            key = slot.key
-            rejection = None if key in _VALID else self._check(key)
-            if rejection is not None:
-                self._sid[slot.index], self._rejections[slot.index] = _REJECTED, rejection
-                continue
-            _remember(_VALID, key, key)
-            self._pending.append(slot)
-        if len(self._pending) >= _RESOLVE_MIN_SLOTS:
-            self._maybe_resolve()
-        return slots
+        resolved (the caller starts a round when enough wait). The checks depend only on the key's
+        metric and which labels it has, so they run once per such shape."""
+        indices = range(self._alloc(len(keys)), self._nslots)
+        self._by_key.update(zip(keys, indices, strict=True))
+        checks = self._shape_checks
+        for index, key in zip(indices, keys, strict=True):
+            shape = (key[0], not key[1], key[2] is None, key[3] is None, key[4] is None, key[5] is None)
+            try:
+                rejection = checks[shape]
+            except KeyError:
+                rejection = checks[shape] = self._check(key)
+            if rejection is None:
+                self._pending.append(index)
+                self._pending_keys.append(key)
+            else:
+                self._sid[index], self._rejections[index] = _REJECTED, rejection
+        return indices
 
     def _check(self, key: SeriesKey) -> tuple[Counter[str], str] | None:
         """Rejections that need no database: unknown metric, missing labels."""
@@ -620,16 +643,19 @@ class Ingestor:
             resolved = True
         if self._pending and (force or len(self._pending) >= _RESOLVE_MIN_SLOTS
                               or self._held_rows >= _RESOLVE_MIN_WAITING):
-            slots, self._pending = self._pending, []
-            wanted = [(s.key, s.bits, s.saturating) for s in slots]
+            slots, keys, bits = self._pending, self._pending_keys, self._bits
+            self._pending, self._pending_keys = [], []
+            if bits:
+                self._bits = {}
+                bits = {j: bits[index] for j, index in enumerate(slots) if index in bits}
             self._close_copy()
             if not self._streaming or force:
-                self._record(slots, self._resolver.resolve(wanted))
+                self._record(slots, self._resolver.resolve(keys, bits))
                 resolved = True
             else:
                 if self._worker is None:
                     self._worker = ThreadPoolExecutor(1, thread_name_prefix="ingest-resolve")
-                self._inflight = (self._worker.submit(self._resolver.resolve, wanted), slots)
+                self._inflight = (self._worker.submit(self._resolver.resolve, keys, bits), slots)
         if resolved and self._held:
             held, self._held, self._held_rows = self._held, [], 0
             self._route(*(np.concatenate(column) for column in zip(*held, strict=True)))
@@ -638,15 +664,13 @@ class Ingestor:
         while self._inflight is not None or self._pending:
             self._maybe_resolve(force=True)
 
-    def _record(self, slots: list[_Slot], outcomes: list[_Outcome]) -> None:
+    def _record(self, slots: list[int], found: _Resolution) -> None:
         """Record resolved ids, or rejections."""
+        index = np.array(slots, np.int64)
+        self._sid[index], self._created[index] = found.sids, found.created
         r = self.report
-        for slot, o in zip(slots, outcomes, strict=True):
-            if o.sid is None:
-                bucket = r.unknown_devices if o.unknown == "device" else r.unknown_ports
-                self._sid[slot.index], self._rejections[slot.index] = _REJECTED, (bucket, o.label)
-            else:
-                self._sid[slot.index], self._created[slot.index] = o.sid, o.created
+        for j, (unknown, label) in found.rejected.items():
+            self._rejections[slots[j]] = (r.unknown_devices if unknown == "device" else r.unknown_ports, label)
 
     # -- writing ----------------------------------------------------------------------
     def _free_connection(self) -> None:
@@ -700,9 +724,11 @@ class Ingestor:
             return
         sid, ts_ms, values = (np.concatenate(column) for column in zip(*self._blocked, strict=True))
         self._blocked, self._blocked_rows = [], 0
+        # A series' direct rows came in time order (each later than the last), so a stable sort by
+        # series puts them in (series, time) order, and so (series, day, time).
+        order = np.argsort(sid, kind="stable")
+        sid, ts_ms, values = sid[order], ts_ms[order], values[order]
         day = ts_ms // _DAY_MS
-        order = np.lexsort((ts_ms, day, sid))
-        sid, ts_ms, values, day = sid[order], ts_ms[order], values[order], day[order]
         run_start = np.ones(len(sid), bool)
         run_start[1:] = (sid[1:] != sid[:-1]) | (day[1:] != day[:-1])
         counts = np.diff(np.append(np.flatnonzero(run_start), len(sid)))
@@ -713,10 +739,12 @@ class Ingestor:
             sid, ts_ms, values = sid[as_block], ts_ms[as_block], values[as_block]
             counts = counts[counts >= _MIN_BLOCK_SAMPLES]
         if len(counts):
-            payload = pack_blocks(sid, ts_ms, values, counts)
             self._free_connection()
-            with self._raw.cursor() as cur:
-                _copy_rows(cur, _BLOCKS_COPY, payload)
+            with self._raw.cursor() as cur, cur.copy(_BLOCKS_COPY) as copy:
+                copy.write(HEADER)
+                for part in pack_blocks_in_parts(sid, ts_ms, values, counts, _BLOCK_PART_SAMPLES):
+                    copy.write(part)
+                copy.write(TRAILER)
             self.report.written += len(sid)
 
     def _move_staged(self) -> None:
@@ -812,7 +840,7 @@ class _Rows:
 def _text_key(series: str, parsed: tuple[str, tuple[tuple[str, str], ...]] | None) -> SeriesKey | str:
     """The series key of a valid `name{labels}` text (parsed here unless given), or why its samples
     are refused. Texts of the canonical shape take one match; others are parsed and remembered."""
-    key = _VALID_KEYS.get(series)
+    key = _TEXT_KEYS.get(series)
     if key is not None:
         return key
     canonical = CANONICAL_SERIES_RE.fullmatch(series) if parsed is None else None
@@ -827,8 +855,7 @@ def _text_key(series: str, parsed: tuple[str, tuple[tuple[str, str], ...]] | Non
                _int_label(labels, "priority"), _int_label(labels, "gpu"))
     except ValueError as exc:
         return str(exc)
-    if key in _VALID:
-        _remember(_VALID_KEYS, series, key)
+    _remember(_TEXT_KEYS, series, key)
     return key
 
 
@@ -854,6 +881,3 @@ def _stage_tables(cur: psycopg.Cursor[Any]) -> None:
     for ddl in _STAGE_DDL:
         cur.execute(ddl)
 
-
-def _txt(v: int | None) -> str:
-    return "\\N" if v is None else str(v)

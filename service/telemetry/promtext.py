@@ -212,12 +212,32 @@ def parse_series(series: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     return known
 
 
+class StreamTexts:
+    """The distinct `name{labels}` texts of one stream's blocks so far, all valid, in order of first
+    appearance. The stream's PromBlocks share `texts` (their codes index into it); it is only ever
+    appended to, so a consumer maps each text once however many blocks repeat it."""
+
+    __slots__ = ("_positions", "arrow", "texts")
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self._positions: dict[str, int] = {}
+        self.arrow: object = None  # the texts as an Arrow array, kept by `arrow_columns`
+
+    def positions(self) -> dict[str, int]:
+        """text -> index in `texts`, brought up to date."""
+        p = self._positions
+        if len(p) < len(self.texts):
+            p.update(zip(self.texts[len(p):], range(len(p), len(self.texts)), strict=True))
+        return p
+
+
 @dataclass(frozen=True, slots=True)
 class PromBlock:
     """Consecutive sample lines, all `name{labels} value ts_ms` with a valid series, as columns."""
 
     first_line: int  # 1-based number of the block's first line
-    texts: list[str]  # the distinct `name{labels}` texts of the block, in order of first appearance
+    texts: list[str]  # the stream's texts (`StreamTexts.texts`): shared by its blocks, only appended to
     codes: np.ndarray  # int32 per line: its text's index in `texts`
     values: np.ndarray  # float64
     ts_ms: np.ndarray  # int64
@@ -241,8 +261,9 @@ def iter_blocks(chunks: Iterable[bytes], source: str = "body",
     else one PromSample per sample line of the block. Raises PromParseError at the first bad
     line and UnicodeDecodeError if the stream is not UTF-8."""
     lineno = 1
+    known = StreamTexts()
     for data in _whole_lines(chunks, block_bytes):
-        block = _parse_block(data, lineno)
+        block = _parse_block(data, lineno, known)
         if block is not None:
             yield block
         else:
@@ -274,7 +295,7 @@ def _whole_lines(chunks: Iterable[bytes], block_bytes: int) -> Iterator[bytes]:
         yield b"".join(parts)
 
 
-def _parse_block(data: bytes, first_line: int) -> PromBlock | None:
+def _parse_block(data: bytes, first_line: int, known: StreamTexts) -> PromBlock | None:
     """Columns if every line is exactly `series value ts` (two single spaces, no carriage return,
     not over-long, a valid series, numbers read as `iter_samples` reads them); else None.
 
@@ -282,8 +303,8 @@ def _parse_block(data: bytes, first_line: int) -> PromBlock | None:
     what would otherwise be a Python step per line. It is used only where its reading is
     `iter_samples`' own: every line has exactly three fields, Arrow's number parsing refuses
     (and so sends to the line parser) every form `float` and `int` refuse except `nan(...)`,
-    which is checked there. Each distinct series text is validated (`parse_series`, unless it
-    has the canonical shape or was found valid before)."""
+    which is checked there. Each series text new to the stream is validated (`parse_series`,
+    unless it has the canonical shape or was found valid before) and added to `known`."""
     if b"\r" in data:  # a line end to Arrow, not to the line parser
         return None
     ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
@@ -292,28 +313,30 @@ def _parse_block(data: bytes, first_line: int) -> PromBlock | None:
     if not len(ends) or np.diff(ends, prepend=-1).max() > MAX_LINE_BYTES:  # a line's length with its newline
         return None
     if len(data) < ARROW_FROM_BYTES:
-        columns = _split_columns(data, ends)
+        columns = _split_columns(data, ends, known)
     else:
         from service.telemetry import arrow_columns
 
-        columns = arrow_columns.read(data)  # refuses any line without exactly three fields (two spaces)
+        columns = arrow_columns.read(data, known)  # refuses any line without exactly three fields (two spaces)
     if columns is None or len(columns[1]) != len(ends):
         return None
-    texts, codes, values, ts_ms = columns
+    new, codes, values, ts_ms = columns
     canonical = CANONICAL_SERIES_RE.fullmatch
     try:
-        for s in texts:
+        for s in new:
             if s not in _VALID_TEXTS and s not in _PARSED and canonical(s) is None:
                 parse_series(s)
     except ValueError:
         return None
-    if len(_VALID_TEXTS) + len(texts) > SHARED_CACHE_LIMIT:
+    if len(_VALID_TEXTS) + len(new) > SHARED_CACHE_LIMIT:
         _VALID_TEXTS.clear()
-    _VALID_TEXTS.update(texts)
-    return PromBlock(first_line, texts, codes, values, ts_ms)
+    _VALID_TEXTS.update(new)
+    known.texts.extend(new)
+    return PromBlock(first_line, known.texts, codes, values, ts_ms)
 
 
-def _split_columns(data: bytes, ends: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray] | None:
+def _split_columns(data: bytes, ends: np.ndarray, known: StreamTexts
+                   ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray] | None:
     """`arrow_columns.read` for small blocks, split in Python: numbers are read by `float` and
     `int` themselves; None unless every line has two single spaces."""
     spaces = np.flatnonzero(np.frombuffer(data, np.uint8) == 32)
@@ -328,9 +351,13 @@ def _split_columns(data: bytes, ends: np.ndarray) -> tuple[list[str], np.ndarray
         ts_ms = np.fromiter(map(int, tokens[2::3]), np.int64, len(series))
     except (ValueError, OverflowError):
         return None
-    texts = list(dict.fromkeys(series))
-    index = dict(zip(texts, range(len(texts)), strict=True))
-    return texts, np.fromiter(map(index.__getitem__, series), np.int32, len(series)), values, ts_ms
+    texts = list(dict.fromkeys(series))  # of this block
+    local = dict(zip(texts, range(len(texts)), strict=True))
+    stream = known.positions()
+    new = [t for t in texts if t not in stream]
+    at = dict(zip(new, range(len(known.texts), len(known.texts) + len(new)), strict=True))
+    in_stream = np.fromiter((stream[t] if t in stream else at[t] for t in texts), np.int32, len(texts))
+    return new, in_stream[np.fromiter(map(local.__getitem__, series), np.int32, len(series))], values, ts_ms
 
 
 def parse_lines(lines: Iterable[str], source: str = "body") -> Iterator[PromLine]:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from service.api.app import create_app
 from service.config import load_settings
+from service.telemetry import catalogue
+from service.telemetry.catalogue import Kind
 from service.telemetry.counters import counter_max, increase, rates
 from service.telemetry.samples import Sample
 from service.telemetry.service import ingest_samples
@@ -63,3 +65,18 @@ def test_wrap_reset_and_saturation_through_storage(db: Engine, db_url: str) -> N
     assert rates_of("port_rx_bytes_total") == [100.0, pytest.approx(150.1), 100.0]
     assert rates_of("port_tx_bytes_total") == [100_000.0, 100.0, 100.0]
     assert rates_of("port_xmit_wait_ticks_total") == [200.0, None, None]
+
+
+def test_counter_width_is_stored_for_every_series_of_a_large_first_poll(db: Engine) -> None:
+    # A poll bringing more new series than one resolution round takes (1,024) starts that round
+    # part way through; each series must still be created with the width its sample gave.
+    port_counters = [m.name for m in catalogue.METRICS.values()
+                     if m.kind is Kind.COUNTER and m.labels == ("device", "port")]
+    add_hosts(db, 1, ports=64)
+    samples = [Sample(metric, 1000.0, 1_764_500_000_000, "h-000", f"eth{p}", counter_bits=32)
+               for p in range(64) for metric in port_counters]
+    assert len(samples) > 1024
+    assert ingest_samples(engine=db, samples=samples).written == len(samples)
+    with db.connect() as conn:
+        widths = conn.execute(text("SELECT counter_bits, count(*) FROM series GROUP BY 1")).all()
+    assert widths == [(32, len(samples))]

@@ -230,6 +230,7 @@ def test_an_import_larger_than_the_block_buffer_stores_consecutive_blocks(db: En
     from service.telemetry.promtext import iter_blocks
 
     monkeypatch.setattr(ingest, "_MAX_BLOCKED_ROWS", 50)
+    monkeypatch.setattr(ingest, "_BLOCK_PART_SAMPLES", 7)  # each flush sent in parts
     add_hosts(db, 1)
     lines = [f'port_tx_bytes_total{{device="h-000",port="eth{p}"}} {i * 10 + p} {T0 + i * STEP}'
              for i in range(60) for p in range(2)]
