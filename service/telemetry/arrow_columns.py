@@ -13,8 +13,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
+from service.telemetry.promtext import CANONICAL_SERIES_RE
+
 if TYPE_CHECKING:
-    from service.telemetry.promtext import StreamTexts
+    from service.telemetry.promtext import Columns, StreamTexts
 
 # The C library's allocator: each block's columns are freed before the next is read, and glibc
 # reuses that memory where mimalloc (Arrow's default) returned it, to be faulted in again: an import
@@ -33,14 +35,16 @@ def _convert(value_type: pa.DataType) -> pa_csv.ConvertOptions:
 _CONVERT = _convert(pa.float64())
 _CONVERT_TEXT_VALUES = _convert(pa.string())
 _THREADS_FROM_BYTES = 1 << 20  # below this, starting threads costs more than it saves
+_CANONICAL = f"^(?:{CANONICAL_SERIES_RE.pattern})$"  # the same pattern, matched by RE2
 
 
-def read(data: bytes | bytearray, known: StreamTexts) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray] | None:
+def read(data: bytes | bytearray, known: StreamTexts) -> Columns | None:
     """(series texts new to `known`, in order of first appearance; int32 index per line into `known`'s
-    texts followed by the new ones; float64 values; int64 timestamps) of lines of exactly three
-    space-separated fields; None if Arrow refuses a field (not UTF-8, a number it does not read) or
-    reads one as `float` would not. Texts `known` has are found in C++ (a hash lookup against the
-    stream's texts), so a block of known series makes no Python object per line or per series."""
+    texts followed by the new ones; float64 values; int64 timestamps; the new texts not of the
+    canonical shape) of lines of exactly three space-separated fields; None if Arrow refuses a field
+    (not UTF-8, a number it does not read) or reads one as `float` would not. Texts `known` has are
+    found in C++ (a hash lookup against the stream's texts), so a block of known series makes no
+    Python object per line or per series."""
     table = _read_csv(data, _CONVERT)
     if table is None:
         return None
@@ -56,6 +60,7 @@ def read(data: bytes | bytearray, known: StreamTexts) -> tuple[list[str], np.nda
     else:
         unknown, codes, missing = series.combine_chunks(), None, None
     new: list[str] = []
+    unshaped: list[str] = []
     if unknown is not None and len(unknown):
         encoded = unknown.dictionary_encode()
         new_codes = encoded.indices.to_numpy(zero_copy_only=False) + len(known.texts)
@@ -64,7 +69,10 @@ def read(data: bytes | bytearray, known: StreamTexts) -> tuple[list[str], np.nda
         else:
             codes[missing.to_numpy(zero_copy_only=False)] = new_codes
         new = encoded.dictionary.to_pylist()
-    return new, codes, values, table.column("ts").to_numpy()
+        shaped = pc.match_substring_regex(encoded.dictionary, _CANONICAL)
+        if shaped.false_count:
+            unshaped = pc.filter(encoded.dictionary, pc.invert(shaped)).to_pylist()
+    return new, codes, values, table.column("ts").to_numpy(), unshaped
 
 
 def _read_csv(data: bytes | bytearray, convert: pa_csv.ConvertOptions) -> pa.Table | None:

@@ -253,6 +253,9 @@ ARROW_FROM_BYTES = 256 << 10  # smaller blocks (pushes) are split in Python: Arr
 # series texts found valid, process-wide like `_PARSED` (pushes repeat them), emptied when full
 _VALID_TEXTS: set[str] = set()
 FIRST_BLOCK_BYTES = 1 << 20
+# What a block reader gives: the series texts new to the stream, each line's index into the stream's
+# texts, values, timestamps, and the new texts not of the canonical shape (None: not checked).
+Columns = tuple[list[str], np.ndarray, np.ndarray, np.ndarray, list[str] | None]
 
 
 def iter_blocks(chunks: Iterable[bytes], source: str = "body",
@@ -266,9 +269,10 @@ def iter_blocks(chunks: Iterable[bytes], source: str = "body",
         block = _parse_block(data, lineno, known)
         if block is not None:
             yield block
+            lineno += len(block.codes)  # a line each (only the stream's last block may lack a final newline)
         else:
             yield from iter_samples(data.decode("utf-8").split("\n"), source, lineno)
-        lineno += data.count(b"\n")
+            lineno += data.count(b"\n")
 
 
 def _whole_lines(chunks: Iterable[bytes], block_bytes: int) -> Iterator[bytes]:
@@ -283,6 +287,13 @@ def _whole_lines(chunks: Iterable[bytes], block_bytes: int) -> Iterator[bytes]:
         held += len(chunk)
         if held >= size:
             size = min(block_bytes, 2 * size)
+            cut = chunk.rfind(b"\n") + 1
+            if cut:  # cut in the newest chunk: the rest is copied once, by the join
+                parts[-1] = chunk[:cut]
+                yield b"".join(parts)
+                parts = [chunk[cut:]] if cut < len(chunk) else []
+                held = len(chunk) - cut
+                continue
             pending = b"".join(parts)
             cut = pending.rfind(b"\n") + 1
             if not cut and len(pending) > MAX_LINE_BYTES:
@@ -304,26 +315,23 @@ def _parse_block(data: bytes, first_line: int, known: StreamTexts) -> PromBlock 
     `iter_samples`' own: every line has exactly three fields, Arrow's number parsing refuses
     (and so sends to the line parser) every form `float` and `int` refuse except `nan(...)`,
     which is checked there. Each series text new to the stream is validated (`parse_series`,
-    unless it has the canonical shape or was found valid before) and added to `known`."""
-    if b"\r" in data:  # a line end to Arrow, not to the line parser
+    unless it has the canonical shape, which Arrow checks in C++, or was found valid before) and
+    added to `known`."""
+    if b"\r" in data or _has_long_line(data):  # "\r" ends a line to Arrow, not to the line parser
         return None
-    ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
-    if not data.endswith(b"\n"):
-        ends = np.append(ends, len(data))
-    if not len(ends) or np.diff(ends, prepend=-1).max() > MAX_LINE_BYTES:  # a line's length with its newline
-        return None
+    lines = data.count(b"\n") + (not data.endswith(b"\n"))
     if len(data) < ARROW_FROM_BYTES:
-        columns = _split_columns(data, ends, known)
+        columns = _split_columns(data, known)
     else:
         from service.telemetry import arrow_columns
 
         columns = arrow_columns.read(data, known)  # refuses any line without exactly three fields (two spaces)
-    if columns is None or len(columns[1]) != len(ends):
+    if columns is None or not lines or len(columns[1]) != lines:
         return None
-    new, codes, values, ts_ms = columns
+    new, codes, values, ts_ms, unshaped = columns
     canonical = CANONICAL_SERIES_RE.fullmatch
     try:
-        for s in new:
+        for s in new if unshaped is None else unshaped:
             if s not in _VALID_TEXTS and s not in _PARSED and canonical(s) is None:
                 parse_series(s)
     except ValueError:
@@ -335,10 +343,26 @@ def _parse_block(data: bytes, first_line: int, known: StreamTexts) -> PromBlock 
     return PromBlock(first_line, known.texts, codes, values, ts_ms)
 
 
-def _split_columns(data: bytes, ends: np.ndarray, known: StreamTexts
-                   ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray] | None:
+def _has_long_line(data: bytes) -> bool:
+    """Whether a line (with its newline) is longer than MAX_LINE_BYTES. A quick pass first: if every
+    aligned half of that length holds a newline, none is, as a longer line holds a whole half."""
+    half = MAX_LINE_BYTES // 2
+    if all(data.find(b"\n", i, i + half) != -1 for i in range(0, len(data) - half + 1, half)):
+        return False
+    return bool(np.diff(_line_ends(data), prepend=-1).max() > MAX_LINE_BYTES)
+
+
+def _line_ends(data: bytes) -> np.ndarray:
+    """The offset of each line's end: its newline, or the end of the data."""
+    ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
+    return ends if data.endswith(b"\n") else np.append(ends, len(data))
+
+
+def _split_columns(data: bytes, known: StreamTexts) -> Columns | None:
     """`arrow_columns.read` for small blocks, split in Python: numbers are read by `float` and
-    `int` themselves; None unless every line has two single spaces."""
+    `int` themselves, and the shape of series texts is left to the caller (None for the last
+    item); None unless every line has two single spaces."""
+    ends = _line_ends(data)
     spaces = np.flatnonzero(np.frombuffer(data, np.uint8) == 32)
     if len(spaces) != 2 * len(ends) or (np.diff(np.searchsorted(spaces, ends), prepend=0) != 2).any():
         return None
@@ -357,7 +381,7 @@ def _split_columns(data: bytes, ends: np.ndarray, known: StreamTexts
     new = [t for t in texts if t not in stream]
     at = dict(zip(new, range(len(known.texts), len(known.texts) + len(new)), strict=True))
     in_stream = np.fromiter((stream[t] if t in stream else at[t] for t in texts), np.int32, len(texts))
-    return new, in_stream[np.fromiter(map(local.__getitem__, series), np.int32, len(series))], values, ts_ms
+    return new, in_stream[np.fromiter(map(local.__getitem__, series), np.int32, len(series))], values, ts_ms, None
 
 
 def parse_lines(lines: Iterable[str], source: str = "body") -> Iterator[PromLine]:

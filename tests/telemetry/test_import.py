@@ -314,7 +314,10 @@ def test_blocks_parse_like_the_line_parser(arrow_from: int | None, monkeypatch: 
     # three fields each, so that Arrow reads them, but numbers it and `float`/`int` may read apart
     odd_numbers = ['m{a="1"} nan(1) 3', 'm{a="1"} nan 3', 'm{a="1"} -Infinity 3', 'm{a="1"} .5 3', 'm{a="1"} 5. 3',
                    'm{a="1"} +5 3', 'm{a="1"} 1 007', 'm{a="1"} 1 -5', 'm{a="1"} 0x10 3', 'm{a="1"} 1e-400 3',
-                   'm{a="1"} 1 ٣', 'm{a="1"} ٣ 3', 'm{device="d",port="p\\"} 1 3', 'm{device="d",lane="x"} 1 3']
+                   'm{a="1"} 1 ٣', 'm{a="1"} ٣ 3', 'm{device="d",port="p\\"} 1 3', 'm{device="d",lane="x"} 1 3',
+                   # near the canonical shape (which Arrow's RE2 recognizes), some invalid
+                   '9m{device="d"} 1 3', 'm{device="d"x} 1 3', 'm{device="d",} 1 3', 'm{device="d",lane="123456"} 1 3',
+                   'm{device="d",gpu="1",lane="2"} 1 3', 'm{device="d"}} 1 3', 'm{device="d",port=""} 1 3']
 
     def reference(text: str) -> list[str]:
         out: list[str] = []
@@ -360,6 +363,34 @@ def test_blocks_parse_like_the_line_parser(arrow_from: int | None, monkeypatch: 
         assert got == reference(text), text
         column_blocks += columns
     assert column_blocks > 500  # the column path was taken, not only the line-by-line one
+
+
+@pytest.mark.parametrize("arrow_from", [0, None], ids=["arrow", "split"])
+def test_lines_over_the_length_limit_are_refused_wherever_they_start(arrow_from: int | None,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.telemetry import promtext
+    from service.telemetry.promtext import MAX_LINE_BYTES, PromBlock, PromParseError, iter_blocks
+
+    if arrow_from is not None:
+        monkeypatch.setattr(promtext, "ARROW_FROM_BYTES", arrow_from)
+
+    def line(length: int) -> str:  # a valid line of `length` bytes before its newline
+        return 'm{a="' + "x" * (length - 11) + '"} 1 5'
+
+    for lead in (1, 20, MAX_LINE_BYTES // 2 - 30, MAX_LINE_BYTES - 20):  # where the long line starts
+        for length in (MAX_LINE_BYTES - 1, MAX_LINE_BYTES, MAX_LINE_BYTES + 1):
+            text = "\n".join([line(max(lead, 12)), line(length), line(12)]) + "\n"
+            try:
+                items = list(iter_blocks([text.encode()]))
+            except PromParseError as exc:
+                assert length > MAX_LINE_BYTES and (exc.line, exc.reason) == (
+                    2, f"line longer than {MAX_LINE_BYTES} bytes"), (lead, length)
+                continue
+            assert length <= MAX_LINE_BYTES, (lead, length)
+            got = [s for item in items for s in (item.series if isinstance(item, PromBlock) else [item[0]])]
+            assert [len(s) + 4 for s in got] == [max(lead, 12), length, 12]
+            # up to the limit with its newline, the block is read as columns, not line by line
+            assert isinstance(items[0], PromBlock) == (length < MAX_LINE_BYTES), (lead, length)
 
 
 def test_plain_label_sets_parse_like_the_general_label_parser(monkeypatch: pytest.MonkeyPatch) -> None:
