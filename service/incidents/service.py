@@ -317,8 +317,9 @@ def verify_soak(*, conn: Connection, incident: Row[Any], at: datetime | None = N
     by_id = {p.id: p for p in ports}
     metrics = (*ERROR_COUNTERS, *FLAP_COUNTERS, RX_POWER)
     series = conn.execute(text(
-        "SELECT id, metric, port_id, lane, counter_bits, saturating FROM series "
-        "WHERE port_id = ANY(:ports) AND metric = ANY(:metrics) ORDER BY port_id, metric, lane"),
+        "SELECT s.id, s.metric, s.port_id, s.lane, s.counter_bits, s.saturating FROM ports p "
+        "JOIN series s ON s.device_id = p.device_id AND s.port_id = p.id "  # the identity key's order
+        "WHERE p.id = ANY(:ports) AND s.metric = ANY(:metrics) ORDER BY s.port_id, s.metric, s.lane"),
         {"ports": list(by_id), "metrics": list(metrics)}).all()
     counter_ids = [r.id for r in series if r.metric != RX_POWER]
     # One window's worth before the start, to find the reading each increase is measured from.

@@ -466,6 +466,8 @@ class Ingestor:
         exist: a poller's pushes repeat the same series, and one count probe per block checks them
         all. True if any were adopted; the rest are parsed (`_text_slots`)."""
         known = self._resolver.known_texts
+        if not known:
+            return False
         new = dict.fromkeys([t for t, index in zip(texts, found, strict=True) if index is None])
         hinted = [(t, sid) for t, sid in zip(new, map(known.get, new), strict=True) if sid is not None]
         if not hinted:
@@ -804,12 +806,12 @@ class Ingestor:
     def _remember_texts(self) -> None:
         """Remember the texts that were resolved one by one, for `_adopt_known` next time: those of
         series that existed before this transaction (which may still roll back its own)."""
-        if not self._unhinted:
-            return
         texts, self._unhinted = self._unhinted, []
+        existed = (self._sid[:self._nslots] >= 0) & ~self._created[:self._nslots]
+        if not texts or not existed.any():  # e.g. an import of new series: nothing to remember
+            return
         index = np.fromiter(map(self._by_text.__getitem__, texts), np.int64, len(texts))
-        sid = self._sid[index]
-        keep = (sid >= 0) & ~self._created[index]
+        sid, keep = self._sid[index], existed[index]
         known = self._resolver.known_texts
         if len(known) + len(texts) > SHARED_CACHE_LIMIT:
             known.clear()
