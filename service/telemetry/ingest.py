@@ -366,7 +366,7 @@ class Ingestor:
         key = (s.metric, s.device, s.port, s.lane, s.priority, s.gpu)
         index = self._by_key.get(key)
         if index is None:
-            index = self._new_slots([key])[0]
+            index = self._by_key[key] = self._new_slots([key])[0]
         if s.counter_bits is not None and self._sid[index] == _UNRESOLVED:
             self._bits[index] = (s.counter_bits, s.saturating)
         if len(self._pending) >= _RESOLVE_MIN_SLOTS:  # after the bits are noted: they go with the round
@@ -501,7 +501,8 @@ class Ingestor:
         for each text whose samples are refused, why (a label that must be an integer is not)."""
         keys = [_text_key(t, p) for t, p in zip(texts, parsed or [None] * len(texts), strict=True)]
         by_key = self._by_key
-        self._new_slots([k for k in dict.fromkeys(keys) if not isinstance(k, str) and k not in by_key])
+        new_keys = [k for k in dict.fromkeys(keys) if not isinstance(k, str) and k not in by_key]
+        by_key.update(zip(new_keys, self._new_slots(new_keys), strict=True))
         if len(self._pending) >= _RESOLVE_MIN_SLOTS:
             self._maybe_resolve()
         out: list[int | str] = [k if isinstance(k, str) else by_key[k] for k in keys]
@@ -524,11 +525,10 @@ class Ingestor:
             self._route(idx, ts_ms, values)
 
     def _new_slots(self, keys: list[SeriesKey]) -> range:
-        """Slots for keys without one; those that pass the checks needing no database wait to be
-        resolved (the caller starts a round when enough wait). The checks depend only on the key's
-        metric and which labels it has, so they run once per such shape."""
+        """Slots for keys without one (the caller maps the keys to them); those that pass the checks
+        needing no database wait to be resolved (the caller starts a round when enough wait). The
+        checks depend only on the key's metric and which labels it has, so they run once per shape."""
         indices = range(self._alloc(len(keys)), self._nslots)
-        self._by_key.update(zip(keys, indices, strict=True))
         checks = self._shape_checks
         for index, key in zip(indices, keys, strict=True):
             shape = (key[0], not key[1], key[2] is None, key[3] is None, key[4] is None, key[5] is None)
