@@ -345,6 +345,9 @@ def import_file(
     # A one-shot import allocates millions of short-lived objects and no cycles worth collecting;
     # the collector's scans would cost about a tenth of the run.
     gc.disable()
+    # It does no linear algebra either: numpy's OpenBLAS would start a thread per core that spins for
+    # a while (~0.1 s of a core here) before it sleeps.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     import json
     import time
 
