@@ -117,6 +117,7 @@ _CHUNK_BYTES = 1 << 20  # direct rows go to the server in chunks of this size
 _MAX_HELD_ROWS = 1_000_000  # rows held while series resolve: ~20 MB waiting, ~34 MB packed
 _RESOLVE_MIN_SLOTS = 1024  # resolve new series in rounds of at least this many...
 _RESOLVE_MIN_WAITING = 16_384  # ...or once this many rows wait for them
+_SERIES_PART_ROWS = 16_384  # new series are sent to PostgreSQL in parts of this many
 
 
 @dataclass
@@ -288,21 +289,20 @@ class _Resolver:
         first) that fails on the unique key and the rows go through a staging table and
         INSERT .. ON CONFLICT, then a join for the ids of those that existed.
 
-        COPY payloads are built in one piece: on the worker thread, every wait for the socket is
-        a wait for the GIL too, so few large writes beat many small ones.
+        The payload is built and sent in a few large parts, so that PostgreSQL stores one while the
+        next is built (few: on the worker thread every wait for the socket is a wait for the GIL too).
         """
         ids = cur.execute(_SERIES_IDS_SQL, [len(rows)]).fetchone()[0]
-        n = "\\N"  # NULL in COPY's text format
-        lines = [f"{k[0]}\t{d}\t{n if p is None else p}\t{n if k[3] is None else k[3]}\t{n if k[4] is None else k[4]}\t"
-                 f"{n if k[5] is None else k[5]}\t{n if b is None else b}\t{'t' if sat else 'f'}"
-                 for k, d, p, b, sat in rows]
-        payload = "".join([f"{sid}\t{line}\n" for sid, line in zip(ids, lines, strict=True)])
+        lines: list[str] = []
         try:
             with self.raw.transaction(), cur.copy(_SERIES_DIRECT_COPY) as copy:
-                copy.write(payload)
+                for at in range(0, len(rows), _SERIES_PART_ROWS):
+                    part = _series_lines(rows[at:at + _SERIES_PART_ROWS])
+                    lines += part
+                    copy.write("".join([f"{sid}\t{line}\n" for sid, line in zip(ids[at:], part, strict=False)]))
             return np.array(ids, np.int64), np.ones(len(ids), bool)
         except psycopg.errors.UniqueViolation:
-            pass
+            lines += _series_lines(rows[len(lines):])  # if it came before the last part was built
         _stage_tables(cur)
         with cur.copy(_SERIES_COPY) as copy:
             copy.write("".join([f"{line}\t{i}\n" for i, line in enumerate(lines)]))
@@ -499,7 +499,7 @@ class Ingestor:
                     ) -> list[int | str]:
         """Slot indices for `name{labels}` texts new to this ingestor (parsed here unless given), or
         for each text whose samples are refused, why (a label that must be an integer is not)."""
-        keys = [_text_key(t, p) for t, p in zip(texts, parsed or [None] * len(texts), strict=True)]
+        keys = _text_keys(texts, parsed)
         by_key = self._by_key
         new_keys = [k for k in dict.fromkeys(keys) if not isinstance(k, str) and k not in by_key]
         by_key.update(zip(new_keys, self._new_slots(new_keys), strict=True))
@@ -839,17 +839,28 @@ class _Rows:
                 np.frombuffer(self.values, np.float64))
 
 
-def _text_key(series: str, parsed: tuple[str, tuple[tuple[str, str], ...]] | None) -> SeriesKey | str:
-    """The series key of a valid `name{labels}` text (parsed here unless given), or why its samples
-    are refused. Texts of the canonical shape take one match; others are parsed and remembered."""
+def _text_keys(texts: list[str], parsed: list[tuple[str, tuple[tuple[str, str], ...]]] | None = None
+               ) -> list[SeriesKey | str]:
+    """The series key of each valid `name{labels}` text (parsed here unless given), or why its samples
+    are refused. Texts of the canonical shape take one match each, in one comprehension (an import's
+    new series come by the hundred thousand); others are parsed, and remembered process-wide."""
+    if parsed is not None:
+        return [_parsed_key(t, p) for t, p in zip(texts, parsed, strict=True)]
+    match = CANONICAL_SERIES_RE.fullmatch
+    return [_parsed_key(t, None) if m is None else _canonical_key(*m.groups())
+            for t, m in zip(texts, map(match, texts), strict=True)]
+
+
+def _canonical_key(name: str, device: str, port: str | None, lane: str | None, priority: str | None,
+                   gpu: str | None) -> SeriesKey:
+    return (name, device, port, None if lane is None else int(lane), None if priority is None else int(priority),
+            None if gpu is None else int(gpu))
+
+
+def _parsed_key(series: str, parsed: tuple[str, tuple[tuple[str, str], ...]] | None) -> SeriesKey | str:
     key = _TEXT_KEYS.get(series)
     if key is not None:
         return key
-    canonical = CANONICAL_SERIES_RE.fullmatch(series) if parsed is None else None
-    if canonical is not None:
-        name, device, port, lane, priority, gpu = canonical.groups()
-        return (name, device, port, None if lane is None else int(lane), None if priority is None else int(priority),
-                None if gpu is None else int(gpu))
     name, label_pairs = parsed or parse_series(series)
     labels = dict(label_pairs)
     try:
@@ -869,6 +880,14 @@ def _int_label(labels: dict[str, str], name: str) -> int | None:
         return int(v)
     except ValueError:
         raise ValueError(f"label {name}={v!r} is not an integer") from None
+
+
+def _series_lines(rows: list[tuple[SeriesKey, int, int | None, int | None, bool]]) -> list[str]:
+    """`series` columns from metric to saturating in COPY's text format, for `_Resolver._create`'s rows."""
+    n = "\\N"  # NULL
+    return [f"{k[0]}\t{d}\t{n if p is None else p}\t{n if k[3] is None else k[3]}\t{n if k[4] is None else k[4]}\t"
+            f"{n if k[5] is None else k[5]}\t{n if b is None else b}\t{'t' if sat else 'f'}"
+            for k, d, p, b, sat in rows]
 
 
 def _copy_rows(cur: psycopg.Cursor[Any], sql: str, rows: bytes | bytearray) -> None:

@@ -254,6 +254,29 @@ def test_an_import_larger_than_the_block_buffer_stores_consecutive_blocks(db: En
     assert stored == [i * 10 + p for p in range(2) for i in range(60)]
 
 
+def test_new_series_sent_in_parts_fall_back_when_one_exists_already(db: Engine,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # One of the series exists already, created outside this process (so no cache knows it): the
+    # COPY of new series, sent in parts, fails on it in its last part, and the round goes through ON
+    # CONFLICT instead. Every series resolves, the existing one keeps its id, every sample is stored.
+    from service.telemetry.samples import Sample
+    from service.telemetry.service import ingest_samples
+
+    monkeypatch.setattr(ingest, "_SERIES_PART_ROWS", 2)
+    (host,) = add_hosts(db, 1, ports=6)
+    with db.begin() as conn:
+        existing = conn.execute(text(
+            "INSERT INTO series (metric, device_id, port_id, saturating) SELECT 'port_rx_bytes_total', "
+            "p.device_id, p.id, false FROM ports p WHERE p.name = 'eth4' RETURNING id")).scalar_one()
+    samples = [Sample("port_rx_bytes_total", float(p), T0, host, f"eth{p}") for p in range(6)]
+    assert ingest_samples(engine=db, samples=samples).written == 6
+    with db.connect() as conn:
+        rows = conn.execute(text("SELECT p.name, s.id, x.value FROM series s JOIN ports p ON p.id = s.port_id "
+                                 "JOIN samples x ON x.series_id = s.id ORDER BY p.name")).all()
+    assert [(name, value) for name, _, value in rows] == [(f"eth{p}", float(p)) for p in range(6)]
+    assert dict((name, sid) for name, sid, _ in rows)["eth4"] == existing
+
+
 def test_reimport_of_overlapping_data(client: TestClient, db: Engine) -> None:
     # Existing series take the ON CONFLICT route: the overlap counts as duplicates, the
     # rest is stored, and new series in the same file still go straight in.
