@@ -20,19 +20,16 @@ def partition_name(day: date) -> str:
     return f"samples_p{day:%Y%m%d}"
 
 
-_MISSING_SQL = ("SELECT array(SELECT d FROM unnest(%s::date[]) d "
-                "WHERE to_regclass('samples_p' || to_char(d, 'YYYYMMDD')) IS NULL)")
-
-
-# The same by a scan of pg_class, which sees what committed before the statement began; to_regclass
-# reads the relation cache, which may not know yet of a table committed while we waited for a lock.
-_MISSING_AFTER_LOCK_SQL = ("SELECT array(SELECT d FROM unnest(%s::date[]) d WHERE NOT EXISTS (SELECT 1 "
-                           "FROM pg_class c WHERE c.relname = 'samples_p' || to_char(d, 'YYYYMMDD') "
-                           "AND c.relnamespace = current_schema()::regnamespace))")
+# By a scan of pg_class (its name index), which sees what committed before the statement began;
+# to_regclass reads the relation cache, which may not know yet of a table another ingest committed
+# while we waited for the creation lock.
+_MISSING_SQL = ("SELECT array(SELECT d FROM unnest(%s::date[]) d WHERE NOT EXISTS (SELECT 1 "
+                "FROM pg_class c WHERE c.relname = 'samples_p' || to_char(d, 'YYYYMMDD') "
+                "AND c.relnamespace = current_schema()::regnamespace))")
 
 
 def missing_days(cur: psycopg.Cursor[Any], days: list[date]) -> list[date]:
-    """The days among these without a partition: one cheap statement, for ingest's every batch."""
+    """The days among these without a partition."""
     return cur.execute(_MISSING_SQL, [days]).fetchone()[0]  # type: ignore[index]
 
 
@@ -76,7 +73,7 @@ def create_partitions(cur: psycopg.Cursor[Any], days: list[date]) -> list[str]:
         return []
     cur.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
     created = []
-    for day in cur.execute(_MISSING_AFTER_LOCK_SQL, [days]).fetchone()[0]:  # type: ignore[index]
+    for day in missing_days(cur, days):  # again: another ingest may have created them meanwhile
         name = partition_name(day)
         lo = datetime(day.year, day.month, day.day, tzinfo=UTC)
         hi = lo + timedelta(days=1)
