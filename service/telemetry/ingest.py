@@ -299,7 +299,8 @@ class _Resolver:
                 for at in range(0, len(rows), _SERIES_PART_ROWS):
                     part = _series_lines(rows[at:at + _SERIES_PART_ROWS])
                     lines += part
-                    copy.write("".join([f"{sid}\t{line}\n" for sid, line in zip(ids[at:], part, strict=False)]))
+                    part_ids = ids[at:at + len(part)]
+                    copy.write("".join([f"{sid}\t{line}\n" for sid, line in zip(part_ids, part, strict=True)]))
             return np.array(ids, np.int64), np.ones(len(ids), bool)
         except psycopg.errors.UniqueViolation:
             lines += _series_lines(rows[len(lines):])  # if it came before the last part was built
