@@ -218,6 +218,8 @@ class _Resolver:
     def resolve(self, keys: list[SeriesKey], bits: dict[int, tuple[int, bool]]) -> _Resolution:
         """Series ids for keys, in order, creating missing series; `bits` has (counter_bits,
         saturating) by position where the caller knows them."""
+        if not self.known:  # e.g. a fresh process's import: nothing to look up
+            return self._resolve(keys, bits)
         hints = list(map(self.known.get, keys))
         hinted = [sid for sid in hints if sid is not None]
         if not hinted:
