@@ -76,7 +76,7 @@ _SERIES_COPY = ("COPY series_stage (metric, device_id, port_id, lane, priority, 
                 "ord) FROM STDIN")
 # one row each (an array): far cheaper to load than a row per id
 _ALIVE_SQL = "SELECT array(SELECT id FROM series WHERE id = ANY(%s::int[]))"
-_COUNT_ALIVE_SQL = "SELECT count(*) FROM series WHERE id = ANY(%s::int[])"
+_COUNT_ALIVE_SQL = "SELECT count(*), pg_relation_filenode('series') FROM series WHERE id = ANY(%s::int[])"
 _SERIES_IDS_SQL = "SELECT array(SELECT nextval('series_id_seq') FROM generate_series(1, %s))"
 _SERIES_DIRECT_COPY = ("COPY series (id, metric, device_id, port_id, lane, priority, gpu, counter_bits, saturating) "
                        "FROM STDIN")
@@ -162,26 +162,41 @@ class _Resolution:
         return cls(np.full(n, _REJECTED, np.int64), np.zeros(n, bool), {})
 
 
-class _KnownSeries:
-    """Series ids this process has resolved before, per database, by key or by exposition text:
-    collectors and pushes repeat the same series every poll. A hit is only a hint: the id is
-    checked to still exist (a device or port leaving the inventory deletes its series) with one
-    probe per round, instead of staging the keys and joining them against `series`."""
+@dataclass(slots=True)
+class _KnownIds:
+    """Series ids this process resolved before in one database, by key and by exposition text:
+    collectors and pushes repeat the same series every poll. A hit is only a hint. The ids are
+    checked to still exist (a device or port leaving the inventory deletes its series) with one count
+    per round, instead of staging the keys and joining them against `series`; and to belong to the
+    storage of `series` they were found in: a TRUNCATE, or the database dropped and created again,
+    gives `series` new storage and lets ids be reused (tests truncate between tests; an operator may
+    reset a database under a running service), so then every id is forgotten."""
 
-    def __init__(self) -> None:
-        self._by_db: dict[str, dict[Any, int]] = {}
+    by_key: dict[SeriesKey, int] = field(default_factory=dict)
+    by_text: dict[str, int] = field(default_factory=dict)
+    storage: int | None = None  # pg_relation_filenode('series') the ids were found in
 
-    def of(self, database: str) -> dict[Any, int]:
-        ids = self._by_db.get(database)
-        if ids is None:
-            if len(self._by_db) >= 8:  # tests and tools that switch databases
-                self._by_db.clear()
-            ids = self._by_db[database] = {}
-        return ids
+    def same_storage(self, storage: int) -> bool:
+        """Whether the ids were found in this storage of `series`; if not, forget them and note it."""
+        if storage == self.storage:
+            return True
+        self.by_key.clear()
+        self.by_text.clear()
+        self.storage = storage
+        return False
 
 
-_KNOWN = _KnownSeries()  # SeriesKey -> id
-_KNOWN_TEXTS = _KnownSeries()  # `name{labels}` text -> id
+_KNOWN: dict[str, _KnownIds] = {}  # per database
+
+
+def _known_ids(database: str) -> _KnownIds:
+    ids = _KNOWN.get(database)
+    if ids is None:
+        if len(_KNOWN) >= 8:  # tests and tools that switch databases
+            _KNOWN.clear()
+        ids = _KNOWN[database] = _KnownIds()
+    return ids
+
 
 # exposition text that takes a full parse -> its key, process-wide because pushes repeat the same
 # series every poll (texts of the canonical shape take one regex match instead)
@@ -203,15 +218,18 @@ class _Resolver:
         self._devices: dict[str, int] | None = None
         self._ports: dict[int, dict[str, int]] = {}
         info = raw.info
-        database = f"{info.host}:{info.port}/{info.dbname}"
-        self.known: dict[SeriesKey, int] = _KNOWN.of(database)
-        self.known_texts: dict[str, int] = _KNOWN_TEXTS.of(database)
+        self._known = _known_ids(f"{info.host}:{info.port}/{info.dbname}")
+        self.known, self.known_texts = self._known.by_key, self._known.by_text  # emptied in place, never replaced
 
     def alive(self, sids: list[int]) -> set[int] | None:
-        """Which of these series ids still exist; None if all do (the common case, one count)."""
+        """Which of these remembered series ids still exist; None if all do (the common case, one count).
+        None of them if `series` has new storage since they were remembered (they are forgotten)."""
         ids = "{" + ",".join(map(str, sids)) + "}"  # far cheaper than psycopg's per-element list dumper
         with self.raw.cursor() as cur:
-            if cur.execute(_COUNT_ALIVE_SQL, [ids]).fetchone()[0] == len(set(sids)):
+            count, storage = cur.execute(_COUNT_ALIVE_SQL, [ids]).fetchone()
+            if not self._known.same_storage(storage):
+                return set()
+            if count == len(set(sids)):
                 return None
             return set(cur.execute(_ALIVE_SQL, [ids]).fetchone()[0])
 
@@ -237,6 +255,8 @@ class _Resolver:
     def _resolve(self, keys: list[SeriesKey], bits: dict[int, tuple[int, bool]]) -> _Resolution:
         out = _Resolution.empty(len(keys))
         with self.raw.cursor() as cur:
+            # what this round finds is remembered for the storage of `series` it is found in
+            self._known.same_storage(cur.execute("SELECT pg_relation_filenode('series')").fetchone()[0])
             if self._devices is None:
                 self._devices = dict(cur.execute("SELECT name, id FROM devices").fetchall())
             devices, ports = self._devices, self._ports
@@ -480,7 +500,7 @@ class Ingestor:
         if alive is not None:
             for t, sid in hinted:
                 if sid not in alive:
-                    del known[t]
+                    known.pop(t, None)  # (all are gone already if `series` has new storage)
             hinted = [(t, sid) for t, sid in hinted if sid in alive]
         start = self._alloc(len(hinted))
         self._sid[start:self._nslots] = [sid for _, sid in hinted]
