@@ -377,11 +377,14 @@ def _split_columns(data: bytes, known: StreamTexts) -> Columns | None:
         return None
     texts = list(dict.fromkeys(series))  # of this block
     local = dict(zip(texts, range(len(texts)), strict=True))
+    codes = np.fromiter(map(local.__getitem__, series), np.int32, len(series))
+    if not known.texts:  # the stream's first block (a push's only one): its texts are the stream's
+        return texts, codes, values, ts_ms, None
     stream = known.positions()
     new = [t for t in texts if t not in stream]
     at = dict(zip(new, range(len(known.texts), len(known.texts) + len(new)), strict=True))
     in_stream = np.fromiter((stream[t] if t in stream else at[t] for t in texts), np.int32, len(texts))
-    return new, in_stream[np.fromiter(map(local.__getitem__, series), np.int32, len(series))], values, ts_ms, None
+    return new, in_stream[codes], values, ts_ms, None
 
 
 def parse_lines(lines: Iterable[str], source: str = "body") -> Iterator[PromLine]:
