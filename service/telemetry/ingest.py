@@ -765,11 +765,8 @@ class Ingestor:
             counts = counts[counts >= _MIN_BLOCK_SAMPLES]
         if len(counts):
             self._free_connection()
-            with self._raw.cursor() as cur, cur.copy(_BLOCKS_COPY) as copy:
-                copy.write(HEADER)
-                for part in pack_blocks_in_parts(sid, ts_ms, values, counts, _BLOCK_PART_SAMPLES):
-                    copy.write(part)
-                copy.write(TRAILER)
+            with self._raw.cursor() as cur:
+                _copy_rows(cur, _BLOCKS_COPY, pack_blocks_in_parts(sid, ts_ms, values, counts, _BLOCK_PART_SAMPLES))
             self.report.written += len(sid)
 
     def _move_staged(self) -> None:
@@ -786,17 +783,17 @@ class Ingestor:
         with self._raw.cursor() as cur:
             if self._near_blocks(cur):
                 _stage_tables(cur)
-                _copy_rows(cur, _STAGE_COPY, self._staged)
+                _copy_rows(cur, _STAGE_COPY, [self._staged])
                 written = cur.execute(_MOVE_PAST_BLOCKS_SQL).rowcount
                 cur.execute("TRUNCATE samples_stage")
             else:
                 try:
                     with self._raw.transaction():
-                        _copy_rows(cur, _SAMPLES_COPY, self._staged)
+                        _copy_rows(cur, _SAMPLES_COPY, [self._staged])
                     written = staged_rows
                 except psycopg.errors.UniqueViolation:
                     _stage_tables(cur)
-                    _copy_rows(cur, _STAGE_COPY, self._staged)
+                    _copy_rows(cur, _STAGE_COPY, [self._staged])
                     written = cur.execute(_MOVE_SQL).rowcount
                     cur.execute("TRUNCATE samples_stage")
         self.report.written += written
@@ -830,8 +827,10 @@ class Ingestor:
         """Remember the texts that were resolved one by one, for `_adopt_known` next time: those of
         series that existed before this transaction (which may still roll back its own)."""
         texts, self._unhinted = self._unhinted, []
+        if not texts:
+            return
         existed = (self._sid[:self._nslots] >= 0) & ~self._created[:self._nslots]
-        if not texts or not existed.any():  # e.g. an import of new series: nothing to remember
+        if not existed.any():  # e.g. an import of new series: nothing to remember
             return
         index = np.fromiter(map(self._by_text.__getitem__, texts), np.int64, len(texts))
         sid, keep = self._sid[index], existed[index]
@@ -913,11 +912,12 @@ def _series_lines(rows: list[tuple[SeriesKey, int, int | None, int | None, bool]
             for k, d, p, b, sat in rows]
 
 
-def _copy_rows(cur: psycopg.Cursor[Any], sql: str, rows: bytes | bytearray) -> None:
-    """One whole binary COPY of packed rows."""
+def _copy_rows(cur: psycopg.Cursor[Any], sql: str, parts: Iterable[bytes | bytearray]) -> None:
+    """One whole binary COPY of packed rows, written part by part as they come."""
     with cur.copy(sql) as copy:
         copy.write(HEADER)
-        copy.write(rows)
+        for rows in parts:
+            copy.write(rows)
         copy.write(TRAILER)
 
 

@@ -47,7 +47,6 @@ class Series(Base):
         # led by device: new series come device by device, and lookups by device (and metric) use it
         UniqueConstraint("device_id", "metric", "port_id", "lane", "priority", "gpu",
                          name="series_identity", postgresql_nulls_not_distinct=True),
-        Index("series_port", "port_id"),
     )
 
 
