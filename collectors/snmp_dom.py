@@ -2,7 +2,7 @@
 
 Every reading ends as a canonical optic_* sample in base units: dBm for optical
 power, amperes, celsius and volts. Rules, each taken from what the real walks in
-shared/fixtures/real/snmp contain:
+tests/data/real/snmp contain:
 
 * A sensor belongs to a port through ENTITY-MIB: its entPhysicalContainedIn chain
   reaches an entity with an entAliasMapping to an ifIndex (Cisco), or one of the

@@ -1,7 +1,7 @@
-"""Where tests find the repository and the shared fixtures (CI lays shared/ beside the clone)."""
+"""Where tests find the repository and the vendored real device captures (provenance in SOURCES.md)."""
 
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-FIXTURES = SHARED / "fixtures" / "real"
+DATA = REPO / "tests" / "data"
+FIXTURES = DATA / "real"

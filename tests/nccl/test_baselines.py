@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, text
 
 from service.nccl.parser import parse_nccl_tests
 from service.nccl.service import NcclImportError, compare, import_run, list_baselines, set_baseline
+from tests.paths import FIXTURES as REAL
 
-FIXTURES = Path("/work/shared/fixtures/real/nccl")
+FIXTURES = REAL / "nccl"
 H100 = "issue_nccl-tests_309_all_reduce_2node_16xH100_HGX_mpi_xpmem_warning_interleaved.txt"
 AT = datetime(2026, 1, 2, 12, tzinfo=UTC)
 

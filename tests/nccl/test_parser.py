@@ -1,16 +1,13 @@
-"""The nccl-tests parser on every real output in shared/fixtures/real/nccl, and on damaged copies."""
+"""The nccl-tests parser on every real output in tests/data/real/nccl, and on damaged copies."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
 from service.nccl.parser import NcclParseError, parse_nccl_tests
+from tests.paths import FIXTURES as REAL
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "real" / "nccl"
-if not FIXTURES.is_dir():
-    FIXTURES = Path("/work/shared/fixtures/real/nccl")
+FIXTURES = REAL / "nccl"
 
 # file -> ("ok", checks) or ("rejected", line, words in the reason); SOURCES.md says why each is what it is.
 EXPECTED: dict[str, tuple] = {
