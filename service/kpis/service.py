@@ -262,7 +262,7 @@ class Timeline:
     incident_id: int
     cause: str | None
     pod: str | None
-    onset: datetime | None          # evidence onset (the fault), else the first firing
+    onset: datetime | None          # the fault's onset, when one before the first alert was recorded
     first_alert: datetime | None
     drained: datetime | None
     returned: datetime | None
@@ -384,6 +384,8 @@ def load_timelines(*, conn: Connection, start: datetime, end: datetime) -> list[
         tz = r.opened_at.tzinfo
         first = datetime.fromtimestamp(r.first_alert_ms / 1000, tz) if r.first_alert_ms is not None else r.opened_at
         onset = datetime.fromtimestamp(r.onset_ms / 1000, tz) if r.onset_ms is not None else r.fault_at
-        out.append(Timeline(r.id, r.cause, r.pod, min(onset, first) if onset else first, first, r.drained,
-                            r.returned))
+        # The detection pipeline opens its incidents with the alert (fault_at = the alert's time) and its
+        # evidence carries no onset_ms: such an onset is no measurement, so time to detect is unknown, not 0.
+        known = onset is not None and onset < first
+        out.append(Timeline(r.id, r.cause, r.pod, onset if known else None, first, r.drained, r.returned))
     return out
