@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
+from service.alerts.matchers import PatternError, compile_pattern, fullmatch
 from service.alerts.service import MATCHER_LABELS
 
 AlertState = Literal["firing", "acknowledged", "resolved"]
@@ -101,13 +101,13 @@ class Matcher(Strict):
     def _regex_compiles(self) -> Matcher:
         if self.is_regex:
             try:
-                re.compile(self.value)
-            except re.error as exc:
-                raise ValueError(f"matcher {self.name}: bad regular expression: {exc}") from None
+                compile_pattern(self.value)
+            except PatternError as exc:
+                raise ValueError(f"matcher {self.name}=~{self.value!r}: {exc}") from None
         return self
 
     def matches_empty(self) -> bool:
-        hit = re.fullmatch(self.value, "") is not None if self.is_regex else self.value == ""
+        hit = fullmatch(self.value, "") if self.is_regex else self.value == ""
         return hit if self.is_equal else not hit
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, func, insert, or_, select, text, tuple_, update
 
+from service.alerts.matchers import matcher_hits
 from service.alerts.models import Alert, AlertEvent, MaintenanceWindow, Silence
 from service.detection.findings import Finding
 from service.notify import payloads
@@ -182,9 +182,7 @@ def _pick(findings: Iterable[Finding]) -> dict[str, Finding]:
 # --- muting ----------------------------------------------------------------------------------
 
 def _matcher_ok(m: dict[str, Any], labels: dict[str, str]) -> bool:
-    value = labels.get(m["name"], "")
-    hit = re.fullmatch(m["value"], value) is not None if m.get("is_regex") else value == m["value"]
-    return hit if m.get("is_equal", True) else not hit
+    return matcher_hits(m, labels.get(m["name"], ""))
 
 
 def alert_labels(row: dict[str, Any]) -> dict[str, str]:
