@@ -18,6 +18,15 @@ def broker_url(settings: Settings) -> str:
     return broker_url_for(settings.database_url)
 
 
+def transport_class(settings: Settings) -> str | None:
+    """Our Redis transport (one kombu crash on broker loss fixed); None keeps the URL's own."""
+    if settings.redis_url:
+        from service.redis_transport import TRANSPORT
+
+        return TRANSPORT
+    return None
+
+
 def transport_options(settings: Settings) -> dict[str, Any]:
     if settings.redis_url:
         return {"visibility_timeout": 3600}
@@ -29,6 +38,6 @@ def transport_options(settings: Settings) -> dict[str, Any]:
 def ping_broker(settings: Settings, timeout_s: float = 2.0) -> None:
     from kombu import Connection
 
-    with Connection(broker_url(settings), connect_timeout=timeout_s,
+    with Connection(broker_url(settings), transport=transport_class(settings), connect_timeout=timeout_s,
                     transport_options=transport_options(settings)) as conn:
         conn.ensure_connection(max_retries=1, timeout=timeout_s)

@@ -11,7 +11,7 @@ import os
 
 from celery import Celery
 
-from service.broker import broker_url, transport_options
+from service.broker import broker_url, transport_class, transport_options
 from service.config import Settings, get_settings
 
 DEFAULT_QUEUE = "fabricwatch"
@@ -22,6 +22,7 @@ celery_app = Celery("fabricwatch")
 def configure(app: Celery, settings: Settings) -> Celery:
     app.conf.update(
         broker_url=broker_url(settings),
+        broker_transport=transport_class(settings),
         broker_transport_options=transport_options(settings),
         broker_connection_retry_on_startup=True,
         task_acks_late=True,
