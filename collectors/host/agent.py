@@ -31,6 +31,7 @@ from collectors.host.ethtool_stats import parse_ethtool_stats
 from collectors.host.net_sysfs import read_net_sysfs
 from collectors.host.nvml import collect_nvml
 from collectors.host.rdma_sysfs import discover_port_names, read_rdma_sysfs
+from collectors.host.sysfs import sysfs_class_dir
 from service.telemetry.promtext import write_samples
 from service.telemetry.samples import Sample
 
@@ -108,7 +109,7 @@ def collect_host(
     sources: list[tuple[str, Callable[[], list[Sample]]]] = []
     sources += [(f"ethtool -S {i}", ethtool_stats(i, lb)) for i, lb in ifs.items()]
     sources += [(f"ethtool -m {i}", ethtool_module(i, lb)) for i, lb in ifs.items()]
-    if (root / "sys" / "class" / "infiniband").is_dir():
+    if sysfs_class_dir(root, "infiniband").is_dir():
         sources.append(("rdma sysfs", lambda: read_rdma_sysfs(
             root, device=dev, ts_ms=ts, port_names=_rdma_port_names(params, root, ifs), warnings=warnings)))
     sources.append(("net sysfs", lambda: read_net_sysfs(

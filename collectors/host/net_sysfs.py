@@ -12,6 +12,7 @@ from pathlib import Path
 
 from collectors.base import ParseError
 from collectors.host.rdma_sysfs import parse_sysfs_value
+from collectors.host.sysfs import sysfs_class_dir
 from service.telemetry.samples import Sample
 
 _STATS = {
@@ -52,7 +53,7 @@ def read_net_sysfs(
 
     A malformed value raises ParseError, or is skipped with a warning when `warnings` is given.
     """
-    base = Path(root) / "sys" / "class" / "net"
+    base = sysfs_class_dir(root, "net")
     if not base.is_dir():
         raise ParseError(str(base), "no /sys/class/net directory")
     names = sorted(interfaces) if interfaces is not None else sorted(p.name for p in base.iterdir())

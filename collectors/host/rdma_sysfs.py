@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collectors.base import ParseError
+from collectors.host.sysfs import sysfs_class_dir
 from service.telemetry.samples import Sample
 
 U32_MAX = (1 << 32) - 1
@@ -126,7 +127,7 @@ def read_rdma_sysfs(
     A bad counter file raises ParseError, or, when `warnings` is given, is skipped with a
     warning so one odd file does not hide the other counters. No infiniband class -> [].
     """
-    base = Path(root) / "sys" / "class" / "infiniband"
+    base = sysfs_class_dir(root, "infiniband")
     if not base.is_dir():
         return []
     found: dict[tuple[str, str], tuple[_Def, int]] = {}
@@ -167,7 +168,7 @@ def read_rdma_sysfs(
 def discover_port_names(root: Path) -> dict[tuple[str, int], str]:
     """(ibdev, port) -> netdev, from ports/N/gid_attrs/ndevs/0 (RoCE ports name their netdev)."""
     out: dict[tuple[str, int], str] = {}
-    base = Path(root) / "sys" / "class" / "infiniband"
+    base = sysfs_class_dir(root, "infiniband")
     if not base.is_dir():
         return out
     for ndev in sorted(base.glob("*/ports/*/gid_attrs/ndevs/0")):

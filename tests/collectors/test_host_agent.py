@@ -72,6 +72,19 @@ def test_all_sources_with_one_timeout_and_one_bad_module() -> None:
     assert all(s.ts_ms == 1_700_000_000_000 and s.device == "gpu1" for s in res.samples)
 
 
+def test_sysfs_root_may_be_the_sysfs_mount_or_a_root_holding_sys() -> None:
+    """`sysfs_root: /sys` (the mount, as the example inventory says) and `/` (a root with sys/) read the same."""
+    tgt = target(interfaces=["ens1f0np0", "ens1f1np1"], sysfs_root=str(ROCE / "sys"))
+    as_mount = collect_host(tgt, now_ms=1_700_000_000_000, run=fixture_runner)
+    as_root = collect_host(target(interfaces=["ens1f0np0", "ens1f1np1"]), now_ms=1_700_000_000_000,
+                           run=fixture_runner, sysfs_root=ROCE)
+    assert as_mount.ok, as_mount.error
+    got = index(as_mount.samples)
+    assert got[("port_cnp_sent_total", "ens1f0np0", None, None)] == 1052612505  # RDMA hw_counters
+    assert got[("port_carrier_changes_total", "ens1f0np0", None, None)] == 5  # net sysfs
+    assert got == index(as_root.samples)
+
+
 def test_garbled_command_output_is_a_warning_naming_source_and_line() -> None:
     def runner(cmd: list[str], timeout_s: float) -> str:
         return "NIC statistics:\n     rx_bytes: 1\n     tx_bytes: ??\n" if cmd[1] == "-S" else "Identifier"
