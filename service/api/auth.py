@@ -1,7 +1,8 @@
 """Bearer-token authentication and scope checks for every endpoint.
 
 Use `Depends(require("read"|"operate"|"admin"))` on a route or router. With
-`auth_required=false` (the embedded demo) every request acts as an anonymous admin.
+`auth_required=false` (a throwaway local experiment; the demo keeps auth on) every request acts as an
+anonymous admin.
 Repeated invalid tokens from one client address are slowed down with 429s.
 """
 
