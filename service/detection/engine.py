@@ -141,7 +141,8 @@ class Engine:
         if st.first_cycle_ms is None:
             st.first_cycle_ms = at_ms
         due = (st.last_train_ms is None and at_ms - st.first_cycle_ms >= cfg.if_min_history_ms) or \
-            (st.last_train_ms is not None and at_ms - st.last_train_ms >= cfg.if_retrain_ms)
+            (st.last_train_ms is not None and at_ms - st.last_train_ms >= cfg.if_retrain_ms) or \
+            (st.last_train_ms is not None and bool(self.models.unusable))  # a stored model could not be loaded
         if due and len(st.reservoir_c):
             counts = np.bincount(st.reservoir_c, minlength=len(fab.cohort_names))
             if counts.max(initial=0) >= cfg.if_min_rows:

@@ -5,19 +5,160 @@ on held-out clean rows (a false-alarm budget, detection.md 3.3 / F42). Training 
 from a bounded reservoir of unflagged ports, so flagged windows never become "normal".
 Models are versioned; `ModelStore` keeps the current one per cohort and `store.py` writes
 them to the detector_models table, so a restart scores exactly as before.
+
+Stored models are plain arrays, never pickles: each tree's nodes (children, split feature and
+threshold, samples per node) in an npz read with allow_pickle=False, with a format version and the
+scikit-learn version that trained them. Scoring walks those arrays with numpy, so loading a model
+needs neither pickle nor scikit-learn's private attributes, and nothing stored can run code.
 """
 
 from __future__ import annotations
 
-import pickle
-from dataclasses import dataclass
+import io
+from dataclasses import dataclass, field
 
 import numpy as np
+import sklearn
 from sklearn.ensemble import IsolationForest
 
 from service.detection.state import Config
 
 CLIP = 50.0
+FORMAT_VERSION = 1
+_CHUNK_CELLS = 1 << 16  # rows x trees walked at once: bounds the walk's memory (and stays in cache)
+
+
+class ModelFormatError(ValueError):
+    """A stored model that cannot be used: unreadable, malformed, or from another format or library version."""
+
+
+def _avg_path(n: np.ndarray) -> np.ndarray:
+    """c(n), the average path length of an unsuccessful BST search (Liu et al.), elementwise.
+
+    Written as scikit-learn's `_average_path_length`, operation for operation, so scores agree bit for bit.
+    """
+    n = np.asarray(n).reshape(1, -1)
+    out = np.zeros(n.shape)
+    one, two = n <= 1, n == 2
+    rest = ~np.logical_or(one, two)
+    out[two] = 1.0
+    out[rest] = 2.0 * (np.log(n[rest] - 1.0) + np.euler_gamma) - 2.0 * (n[rest] - 1.0) / n[rest]
+    return out.reshape(-1)
+
+
+@dataclass
+class Trees:
+    """An isolation forest as arrays: the nodes of every tree, concatenated (`offsets` marks each tree).
+
+    Per node, as in scikit-learn's `tree_`: children (local indices, -1 at a leaf), split feature and
+    threshold, and the training samples that reached it.
+    """
+
+    offsets: np.ndarray
+    left: np.ndarray
+    right: np.ndarray
+    feature: np.ndarray
+    threshold: np.ndarray
+    n_samples: np.ndarray
+    max_samples: int
+    n_features: int
+    # derived by _compile: global child indices (a leaf points to itself), per-node path term, depth
+    _next: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    _leaf_term: list[np.ndarray] = field(default_factory=list, repr=False)
+    _depth: int = 0
+
+    @classmethod
+    def from_sklearn(cls, forest: IsolationForest) -> Trees:
+        if forest.max_features != 1.0 or forest.bootstrap:
+            raise ValueError("feature subsampling and bootstrap are not used by this detector")
+        ts = [est.tree_ for est in forest.estimators_]
+        sizes = [t.node_count for t in ts]
+        return cls(offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+                   left=np.concatenate([t.children_left for t in ts]).astype(np.int32),
+                   right=np.concatenate([t.children_right for t in ts]).astype(np.int32),
+                   feature=np.concatenate([t.feature for t in ts]).astype(np.int32),
+                   threshold=np.concatenate([t.threshold for t in ts]).astype(np.float64),
+                   n_samples=np.concatenate([t.n_node_samples for t in ts]).astype(np.int64),
+                   max_samples=int(forest.max_samples_), n_features=int(forest.n_features_in_))._compile()
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"offsets": self.offsets, "left": self.left, "right": self.right, "feature": self.feature,
+                "threshold": self.threshold, "n_samples": self.n_samples,
+                "max_samples": np.asarray(self.max_samples, np.int64), "n_features": np.asarray(self.n_features)}
+
+    def _compile(self) -> Trees:
+        """Check the arrays form real trees, and derive what the walk needs; ModelFormatError otherwise."""
+        off, n = self.offsets, len(self.left)
+        if not (off.ndim == 1 and len(off) >= 2 and off[0] == 0 and off[-1] == n and (np.diff(off) > 0).all()):
+            raise ModelFormatError("tree offsets do not partition the nodes")
+        if not (len(self.right) == len(self.feature) == len(self.threshold) == len(self.n_samples) == n):
+            raise ModelFormatError("node arrays differ in length")
+        if self.max_samples < 1 or self.n_features < 1 or (self.n_samples < 1).any():
+            raise ModelFormatError("sample counts must be positive")
+        tree = np.repeat(np.arange(len(off) - 1), np.diff(off))
+        local = np.arange(n) - off[tree]
+        size = np.diff(off)[tree]
+        leaf = self.left == -1
+        inner = ~leaf
+        if ((self.right == -1) != leaf).any():
+            raise ModelFormatError("a node has exactly one child")
+        # children come after their parent within its tree, so every walk goes down and ends
+        for child in (self.left, self.right):
+            if ((child[inner] <= local[inner]) | (child[inner] >= size[inner])).any():
+                raise ModelFormatError("a child index is outside its tree or not after its parent")
+        if ((self.feature[inner] < 0) | (self.feature[inner] >= self.n_features)).any():
+            raise ModelFormatError("a split feature is out of range")
+        if not np.isfinite(self.threshold[inner]).all():
+            raise ModelFormatError("a split threshold is not finite")
+        gl = np.where(leaf, np.arange(n), self.left + off[tree])
+        gr = np.where(leaf, np.arange(n), self.right + off[tree])
+        parents = np.bincount(np.concatenate([gl[inner], gr[inner]]), minlength=n)
+        if (parents[off[:-1]] != 0).any() or (np.delete(parents, off[:-1]) != 1).any():
+            raise ModelFormatError("nodes do not form trees (a node with no parent, or two)")
+        depth = np.zeros(n, np.int64)
+        level, d = off[:-1], 1
+        while len(level):
+            depth[level] = d
+            level = level[inner[level]]
+            level = np.concatenate([gl[level], gr[level]])
+            d += 1
+        # per tree, scikit-learn's depth term: node depth + c(samples at the node) - 1
+        self._leaf_term = [depth[a:b] + _avg_path(self.n_samples[a:b]) - 1.0
+                           for a, b in zip(off[:-1], off[1:], strict=True)]
+        # [right, left] per node, indexed by node * 2 + (x <= threshold): one gather per step
+        self._next = (np.stack([gr, gl], axis=1).ravel().astype(np.int64), np.where(leaf, 0, self.feature))
+        self._depth = int(depth.max())
+        return self
+
+    def score(self, Z: np.ndarray) -> np.ndarray:
+        """scikit-learn's IsolationForest score (2^-E[h]/c, larger is worse), bit for bit."""
+        assert self._next is not None
+        kids, feat = self._next
+        thr, off = self.threshold, self.offsets
+        T, (n, nf) = len(off) - 1, Z.shape
+        if nf != self.n_features:
+            raise ValueError(f"rows have {nf} features, the trees {self.n_features}")
+        X = np.ascontiguousarray(Z, np.float32).ravel()  # scikit-learn's trees compare float32 inputs
+        depths = np.zeros(n)
+        step = max(1, _CHUNK_CELLS // T)
+        for a in range(0, n, step):
+            b = min(a + step, n)
+            at = np.arange(a, b, dtype=np.int64)[None, :] * nf  # row starts in X
+            nodes = np.repeat(off[:-1, None], b - a, axis=1)  # every tree's root, for every row
+            for _ in range(self._depth - 1):  # leaves point to themselves: extra steps change nothing
+                nodes = kids[nodes * 2 + (X[at + feat[nodes]] <= thr[nodes])]
+            part = depths[a:b]
+            for t in range(T):  # tree by tree, as scikit-learn sums them
+                part += self._leaf_term[t][nodes[t] - off[t]]
+        denominator = T * _avg_path(np.asarray([self.max_samples]))[0]
+        return 2 ** (-np.divide(depths, denominator, out=np.ones_like(depths), where=denominator != 0))
+
+
+def _scaled(X: np.ndarray, center: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        Z = (X - center) / scale
+    Z = np.where(np.isfinite(Z), Z, 0.0)  # missing or garbage -> the cohort median
+    return np.clip(Z, -CLIP, CLIP)
 
 
 @dataclass
@@ -29,64 +170,50 @@ class CohortModel:
     n_rows: int
     center: np.ndarray
     scale: np.ndarray
-    forest: IsolationForest
-    _walk: list[tuple[object, np.ndarray]] | None = None
+    trees: Trees
 
     def transform(self, X: np.ndarray) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            Z = (X - self.center) / self.scale
-        Z = np.where(np.isfinite(Z), Z, 0.0)  # missing or garbage -> the cohort median
-        return np.clip(Z, -CLIP, CLIP)
+        return _scaled(X, self.center, self.scale)
 
     def score(self, X: np.ndarray) -> np.ndarray:
-        """Anomaly score, larger is worse: equals -IsolationForest.score_samples, computed by
-        walking all rows down each tree at once (sklearn pays a Python call per tree per batch)."""
+        """Anomaly score, larger is worse: equals -IsolationForest.score_samples on the transformed rows."""
         if not len(X):
             return np.zeros(0)
-        if self._walk is None:
-            self._walk = compile_forest(self.forest)
-        return walk_score(self._walk, self.transform(X))
+        return self.trees.score(self.transform(X))
 
     def to_blob(self) -> bytes:
-        return pickle.dumps({"center": self.center, "scale": self.scale, "forest": self.forest}, protocol=5)
+        buf = io.BytesIO()
+        np.savez_compressed(buf, format=np.asarray(FORMAT_VERSION), sklearn=np.asarray(sklearn.__version__),
+                            center=self.center, scale=self.scale, **self.trees.arrays())
+        return buf.getvalue()
 
     @classmethod
     def from_blob(cls, cohort: str, version: int, trained_at_ms: int, threshold: float, n_rows: int,
                   blob: bytes) -> CohortModel:
-        d = pickle.loads(blob)
-        return cls(cohort, version, trained_at_ms, threshold, n_rows, d["center"], d["scale"], d["forest"])
-
-
-def compile_forest(forest: IsolationForest) -> list[tuple[object, np.ndarray]]:
-    """Per tree: (the fitted tree, its per-node depth term), plus c(max_samples) and the tree count."""
-    if forest._max_features != forest.n_features_in_:
-        raise ValueError("feature subsampling is not used by this detector")
-    out: list[tuple[object, np.ndarray]] = []
-    for tree, lengths, avg in zip(forest.estimators_, forest._decision_path_lengths,
-                                  forest._average_path_length_per_tree, strict=True):
-        out.append((tree, np.asarray(lengths, np.float64) + np.asarray(avg, np.float64) - 1.0))
-    out.append((None, np.asarray([_avg_path(forest._max_samples), len(forest.estimators_)], np.float64)))
-    return out
-
-
-def _avg_path(n: int) -> float:
-    """c(n): average path length of an unsuccessful BST search (Liu et al.)."""
-    if n <= 1:
-        return 0.0
-    if n == 2:
-        return 1.0
-    return 2.0 * (np.log(n - 1.0) + np.euler_gamma) - 2.0 * (n - 1.0) / n
-
-
-def walk_score(compiled: list[tuple[object, np.ndarray]], Z: np.ndarray) -> np.ndarray:
-    """sklearn's score (2^-E[h]/c), with tree.apply called directly: no joblib round per tree."""
-    Xf = np.ascontiguousarray(Z, dtype=np.float32)  # sklearn trees compare float32 inputs
-    depths = np.zeros(len(Xf))
-    *trees, (_, consts) = compiled
-    for tree, leaf_term in trees:
-        depths += leaf_term[tree.apply(Xf, check_input=False)]  # type: ignore[attr-defined]
-    denom = float(consts[0] * consts[1])
-    return 2.0 ** (-(depths / denom)) if denom != 0 else np.ones(len(Xf))
+        """Read a stored model; ModelFormatError if it is unreadable, malformed or from another version."""
+        try:
+            with np.load(io.BytesIO(blob), allow_pickle=False) as z:
+                a = {k: z[k] for k in z.files}
+        except Exception as exc:  # not an npz of plain arrays (a pickle, garbage): never unpickled
+            raise ModelFormatError(f"unreadable ({type(exc).__name__}: {exc})") from None
+        try:
+            fmt, lib = int(a["format"]), str(a["sklearn"])
+            if fmt != FORMAT_VERSION:
+                raise ModelFormatError(f"format {fmt}, this release reads {FORMAT_VERSION}")
+            if lib != sklearn.__version__:
+                raise ModelFormatError(f"trained with scikit-learn {lib}, this is {sklearn.__version__}")
+            center, scale = np.asarray(a["center"], np.float64), np.asarray(a["scale"], np.float64)
+            trees = Trees(offsets=a["offsets"].astype(np.int64), left=a["left"].astype(np.int64),
+                          right=a["right"].astype(np.int64), feature=a["feature"].astype(np.int64),
+                          threshold=a["threshold"].astype(np.float64), n_samples=a["n_samples"].astype(np.int64),
+                          max_samples=int(a["max_samples"]), n_features=int(a["n_features"]))._compile()
+            if center.shape != (trees.n_features,) or scale.shape != center.shape or not (scale > 0).all():
+                raise ModelFormatError("the scaler does not fit the trees")
+        except ModelFormatError:
+            raise
+        except Exception as exc:  # a missing array, a wrong shape or dtype
+            raise ModelFormatError(f"malformed ({type(exc).__name__}: {exc})") from None
+        return cls(cohort, version, trained_at_ms, threshold, n_rows, center, scale, trees)
 
 
 def robust_center_scale(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -115,8 +242,8 @@ def train_cohort(cohort: str, X: np.ndarray, at_ms: int, version: int, cfg: Conf
     fit_rows, cal_rows = X[0::2], X[1::2]
     forest = IsolationForest(n_estimators=cfg.if_trees, max_samples=min(cfg.if_max_samples, len(fit_rows)),
                              max_features=1.0, contamination="auto", random_state=version * 7919 + 17)
-    model = CohortModel(cohort, version, at_ms, 0.0, len(X), center, scale, forest)
-    forest.fit(model.transform(fit_rows))
+    forest.fit(_scaled(fit_rows, center, scale))
+    model = CohortModel(cohort, version, at_ms, 0.0, len(X), center, scale, Trees.from_sklearn(forest))
     cal = model.score(cal_rows)
     model.threshold = float(np.quantile(cal, cfg.if_quantile)) if len(cal) else float("inf")
     return model
@@ -128,6 +255,9 @@ class ModelStore:
     def __init__(self) -> None:
         self.models: dict[str, CohortModel] = {}
         self.new: list[CohortModel] = []  # trained since the last save (store.py drains it)
+        # cohort -> version of a stored model that could not be used (store.py); the engine retrains
+        # at its next cycle, and new versions continue after the unusable one
+        self.unusable: dict[str, int] = {}
 
     def retrain(self, X: np.ndarray, cohort_of_row: np.ndarray, cohort_names: list[str], at_ms: int,
                 cfg: Config) -> int:
@@ -137,11 +267,13 @@ class ModelStore:
             if name is None:
                 continue
             old = self.models.get(name)
-            m = train_cohort(name, X[cohort_of_row == ci], at_ms, (old.version + 1) if old else 1, cfg)
+            version = max(old.version if old else 0, self.unusable.get(name, 0)) + 1
+            m = train_cohort(name, X[cohort_of_row == ci], at_ms, version, cfg)
             if m is not None:
                 self.models[name] = m
                 self.new.append(m)
                 n += 1
+        self.unusable.clear()  # tried: a cohort with too few rows waits, like a new one
         return n
 
     def score(self, X: np.ndarray, cohort: np.ndarray, cohort_names: list[str]) -> tuple[np.ndarray, np.ndarray]:

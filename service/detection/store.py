@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
 from datetime import UTC, datetime
 
 from sqlalchemy import Connection, text
 
 from service.detection.features import IF_FEATURES
-from service.detection.forest import CohortModel, ModelStore
+from service.detection.forest import CohortModel, ModelFormatError, ModelStore
 from service.detection.state import Config, Fabric, FeatureState
+
+log = logging.getLogger(__name__)
 
 
 def _dt(ms: int) -> datetime:
@@ -45,7 +48,11 @@ def save_models(conn: Connection, models: ModelStore) -> int:
 
 
 def load_models(conn: Connection) -> ModelStore:
-    """The newest version per cohort (models trained on another feature layout are skipped)."""
+    """The newest version per cohort (models trained on another feature layout are skipped).
+
+    A model that cannot be used (unreadable, tampered with, another format or scikit-learn version)
+    is logged and listed in `unusable`, and the engine trains a new version at its next cycle.
+    """
     store = ModelStore()
     rows = conn.execute(text(
         "SELECT DISTINCT ON (cohort) cohort, version, (extract(epoch FROM trained_at) * 1000)::bigint, threshold, "
@@ -53,5 +60,9 @@ def load_models(conn: Connection) -> ModelStore:
     for cohort, version, t_ms, th, n_rows, features, blob in rows:
         if list(features) != list(IF_FEATURES):
             continue
-        store.models[cohort] = CohortModel.from_blob(cohort, version, int(t_ms), th, n_rows, bytes(blob))
+        try:
+            store.models[cohort] = CohortModel.from_blob(cohort, version, int(t_ms), th, n_rows, bytes(blob))
+        except ModelFormatError as exc:
+            log.warning("detector model %s v%d not used, retraining: %s", cohort, version, exc)
+            store.unusable[cohort] = version
     return store
