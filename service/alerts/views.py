@@ -13,6 +13,7 @@ from service.alerts.schemas import (
     AlertEventRead,
     AlertPage,
     AlertRead,
+    AlertState,
     CommentCreate,
     MaintenanceCreate,
     MaintenanceRead,
@@ -24,6 +25,7 @@ from service.alerts.schemas import (
 from service.api.auth import OperateScope, ReadScope
 from service.api.deps import EngineDep
 from service.api.problems import Problem
+from service.detection.findings import Cause, Severity
 
 router = APIRouter(prefix="/api/v1", tags=["alerts"])
 
@@ -31,18 +33,25 @@ Multi = Annotated[list[str] | None, Query()]
 Sort = Literal["-created", "created", "-updated", "updated", "-opened", "opened"]
 
 
+def _values(members: list[Severity] | list[Cause] | None) -> list[str] | None:
+    return [m.value for m in members] if members else None
+
+
 def _not_found(what: str, ident: int) -> Problem:
     return Problem(404, "Not found", f"no {what} with id {ident}")
 
 
 @router.get("/alerts", response_model=AlertPage, summary="Alerts, newest first; keyset-paginated")
-def list_alerts(engine: EngineDep, _: ReadScope, state: Multi = None, severity: Multi = None, kind: Multi = None,
-                device: Multi = None, pod: Multi = None, cause: Multi = None, sort: Sort = "-created",
+def list_alerts(engine: EngineDep, _: ReadScope, state: Annotated[list[AlertState] | None, Query()] = None,
+                severity: Annotated[list[Severity] | None, Query()] = None, kind: Multi = None,
+                device: Multi = None, pod: Multi = None, cause: Annotated[list[Cause] | None, Query()] = None,
+                sort: Sort = "-created",
                 limit: Annotated[int, Query(ge=1, le=500)] = 100, cursor: str | None = None) -> AlertPage:
     with engine.connect() as conn:
         try:
-            items, nxt = service.list_alerts(conn=conn, state=state, severity=severity, kind=kind, device=device,
-                                             pod=pod, cause=cause, sort=sort, limit=limit, cursor=cursor)
+            items, nxt = service.list_alerts(conn=conn, state=state, severity=_values(severity), kind=kind,
+                                             device=device, pod=pod, cause=_values(cause), sort=sort, limit=limit,
+                                             cursor=cursor)
         except ValueError as exc:
             raise Problem(400, "Bad parameter", str(exc)) from None
     return AlertPage(items=[AlertRead(**r) for r in items], next_cursor=nxt)

@@ -29,6 +29,11 @@ def problem_response(status: int, title: str, detail: str | None = None, **extra
     return JSONResponse(body, status_code=status, media_type=PROBLEM_TYPE)
 
 
+def invalid_param(name: str, msg: str, where: str = "query") -> Problem:
+    """A 422 for one bad parameter, in the same form as FastAPI's own validation errors below."""
+    return Problem(422, "Invalid request", f"{where}.{name}: {msg}", errors=[{"loc": [where, name], "msg": msg}])
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(Problem)
     async def _problem(_: Request, exc: Problem) -> JSONResponse:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -10,7 +9,9 @@ from sqlalchemy import Row
 
 from service.api.auth import OperateScope, ReadScope
 from service.api.deps import EngineDep
+from service.api.params import optional_time, time_query
 from service.api.problems import Problem
+from service.detection.findings import Cause
 from service.incidents import service
 from service.incidents.schemas import (
     TRANSITIONS,
@@ -50,13 +51,14 @@ def problem_for(exc: service.IncidentError) -> Problem:
 @router.get("", summary="Incidents, newest first", response_model=list[IncidentRead])
 def list_incidents(engine: EngineDep, _: ReadScope,
                    state: Annotated[list[State] | None, Query()] = None,
-                   open: bool = False, device: str | None = None, cause: str | None = None,
+                   open: bool = False, device: str | None = None, cause: Cause | None = None,
                    owner: str | None = None, pod: str | None = None,
                    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
                    offset: Annotated[int, Query(ge=0)] = 0) -> list[IncidentRead]:
     with engine.connect() as conn:
         rows = service.list_incidents(conn=conn, state=[s.value for s in state] if state else None, open_only=open,
-                                      device=device, cause=cause, owner=owner, pod=pod, limit=limit, offset=offset)
+                                      device=device, cause=cause.value if cause else None, owner=owner, pod=pod,
+                                      limit=limit, offset=offset)
     return [_read(r) for r in rows]
 
 
@@ -80,13 +82,15 @@ def get_incident(incident_id: int, engine: EngineDep, _: ReadScope) -> IncidentD
 
 
 @router.get("/{incident_id}/soak", summary="Preview the verification soak (what returning to service would check)")
-def get_soak(incident_id: int, engine: EngineDep, _: ReadScope, at: datetime | None = None) -> SoakReport:
+def get_soak(incident_id: int, engine: EngineDep, _: ReadScope,
+             at: Annotated[str | None, time_query("end of the soak window (default: now)")] = None) -> SoakReport:
+    when = optional_time(at, "at")
     with engine.connect() as conn:
         try:
             row = service.get(conn=conn, incident_id=incident_id)
         except service.IncidentError as exc:
             raise problem_for(exc) from None
-        return service.verify_soak(conn=conn, incident=row, at=at)
+        return service.verify_soak(conn=conn, incident=row, at=when)
 
 
 @router.post("/{incident_id}/transitions", summary="Move the incident to another state")

@@ -97,8 +97,13 @@ class Intervals(Strict):
     state: float | None = Field(default=None, gt=0)
 
 
+EndpointProtocol = Literal["snmp", "gnmi", "host"]
+DeviceKind = Literal["switch", "host"]
+DeviceRole = Literal["leaf", "spine", "core", "host"]
+
+
 class Endpoint(Strict):
-    protocol: Literal["snmp", "gnmi", "host"]
+    protocol: EndpointProtocol
     address: str = "127.0.0.1"
     port: int | None = Field(default=None, ge=1, le=65535)
     timeout_s: float = Field(default=5.0, gt=0, le=120)
@@ -133,8 +138,8 @@ class Endpoint(Strict):
 
 class Device(Strict):
     name: Name
-    kind: Literal["switch", "host"]
-    role: Literal["leaf", "spine", "core", "host"]
+    kind: DeviceKind
+    role: DeviceRole
     pod: str | None = None
     rack: str | None = None
     vendor: str | None = None

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, text
 from service.api.auth import ReadScope
 from service.api.deps import EngineDep
 from service.api.problems import Problem
+from service.inventory.schemas import DeviceKind, DeviceRole
 
 router = APIRouter(prefix="/api/v1", tags=["inventory"])
 
@@ -86,8 +87,8 @@ LIMIT :limit
 
 
 @router.get("/devices", summary="Devices, by name; filter by role, pod or kind")
-def list_devices(engine: EngineDep, _: ReadScope, role: str | None = None, pod: str | None = None,
-                 kind: str | None = None, limit: Limit = 100, cursor: Cursor = None) -> dict[str, Any]:
+def list_devices(engine: EngineDep, _: ReadScope, role: DeviceRole | None = None, pod: str | None = None,
+                 kind: DeviceKind | None = None, limit: Limit = 100, cursor: Cursor = None) -> dict[str, Any]:
     after = decode_cursor(cursor, "devices")
     with engine.connect() as conn:
         rows = conn.execute(text(_DEVICES_SQL), {"role": role, "pod": pod, "kind": kind, "after": after,
@@ -170,7 +171,8 @@ LIMIT :limit
 
 @router.get("/ports", summary="Ports with their optic type and link peer; filter by device, pod or rail")
 def list_ports(engine: EngineDep, _: ReadScope, device: str | None = None, pod: str | None = None,
-               rail: int | None = None, limit: Limit = 100, cursor: Cursor = None) -> dict[str, Any]:
+               rail: Annotated[int | None, Query(ge=0)] = None, limit: Limit = 100,
+               cursor: Cursor = None) -> dict[str, Any]:
     after = decode_cursor(cursor, "ports")
     with engine.connect() as conn:
         rows = [dict(r) for r in conn.execute(text(_PORTS_SQL), {

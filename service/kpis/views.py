@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 
 from service.api.auth import ReadScope
 from service.api.deps import EngineDep
-from service.api.params import time_range
+from service.api.params import time_query, time_range
 from service.api.problems import Problem
 from service.kpis import service
 from service.kpis.service import Scope
@@ -28,8 +28,8 @@ def _points(points: list[service.KpiPoint]) -> list[dict[str, Any]]:
 def get_kpis(
     engine: EngineDep, _: ReadScope,
     scope: Scope = Scope.FABRIC,
-    start: str | None = None,
-    end: str | None = None,
+    start: Annotated[str | None, time_query("from (default: end minus 1 day)")] = None,
+    end: Annotated[str | None, time_query("to (default: now)")] = None,
     step: Annotated[float, Query(gt=0, le=86400 * 31, description="bucket length in seconds")] = 3600,
     top: Annotated[int, Query(ge=1, le=100)] = 10,
 ) -> dict[str, Any]:
@@ -50,8 +50,8 @@ def get_kpis(
 @router.get("/recovery", summary="Time to detect, mitigate and restore, with percentiles per cause and pod")
 def get_recovery(
     engine: EngineDep, _: ReadScope,
-    start: str | None = None,
-    end: str | None = None,
+    start: Annotated[str | None, time_query("from (default: end minus 30 days)")] = None,
+    end: Annotated[str | None, time_query("to (default: now)")] = None,
     target: Annotated[float, Query(gt=0, description="mitigation target in seconds")] =
     service.DEFAULT_MITIGATION_TARGET_S,
 ) -> dict[str, Any]:

@@ -6,7 +6,6 @@ which changes what later runs are judged against; read-only clients must not do 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -15,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.api.auth import OperateScope, ReadScope
 from service.api.deps import EngineDep, SettingsDep
-from service.api.params import parse_time
+from service.api.params import optional_time, time_query
 from service.api.problems import Problem
 from service.nccl import service
 from service.nccl.parser import NcclParseError, parse_nccl_tests
@@ -28,10 +27,6 @@ class BaselineSet(BaseModel):
     reason: str = Field(default="", max_length=2000)
 
 
-def _when(v: str | None) -> datetime | None:
-    return None if v is None else parse_time(v, datetime.now(UTC), "run_at")
-
-
 @router.post("", summary="Import one nccl-tests text output (the body, text/plain)")
 async def post_run(
     request: Request, engine: EngineDep, settings: SettingsDep, principal: OperateScope,
@@ -39,9 +34,10 @@ async def post_run(
     job: Annotated[str | None, Query(max_length=256)] = None,
     hosts: Annotated[str | None, Query(description="comma-separated hostlist; overrides the rank list")] = None,
     test: Annotated[str | None, Query(max_length=64)] = None,
-    run_at: Annotated[str | None, Query(description="when the run happened (RFC 3339); default now")] = None,
+    run_at: Annotated[str | None, time_query("when the run happened (default: now)")] = None,
     tolerance: Annotated[float, Query(gt=0, lt=1)] = service.DEFAULT_TOLERANCE,
 ) -> dict[str, Any]:
+    when = optional_time(run_at, "run_at")  # a bad parameter is refused before the body is read
     body = await request.body()
     if len(body) > settings.max_body_bytes:
         raise Problem(413, "Body too large", f"body exceeds the limit of {settings.max_body_bytes} bytes")
@@ -57,7 +53,7 @@ async def post_run(
 
     def work() -> service.ImportResult:
         with engine.begin() as conn:
-            return service.import_run(conn=conn, run=run, actor=principal.name, run_at=_when(run_at), job=job,
+            return service.import_run(conn=conn, run=run, actor=principal.name, run_at=when, job=job,
                                       hosts=host_list, tolerance=tolerance)
 
     try:

@@ -12,8 +12,9 @@ from starlette.concurrency import run_in_threadpool
 
 from service.api.auth import ReadScope, require
 from service.api.deps import EngineDep, SettingsDep
-from service.api.params import time_range
+from service.api.params import time_query, time_range
 from service.api.problems import Problem
+from service.inventory.schemas import EndpointProtocol
 from service.observability import INGEST_ERRORS
 from service.telemetry import catalogue
 from service.telemetry.promtext import PromParseError
@@ -69,11 +70,11 @@ def get_series(
     metric: str,
     device: str | None = None,
     port: str | None = None,
-    lane: int | None = None,
-    priority: int | None = None,
-    gpu: int | None = None,
-    start: str | None = None,
-    end: str | None = None,
+    lane: Annotated[int | None, Query(ge=0)] = None,
+    priority: Annotated[int | None, Query(ge=0)] = None,
+    gpu: Annotated[int | None, Query(ge=0)] = None,
+    start: Annotated[str | None, time_query("from (default: end minus 1 h)")] = None,
+    end: Annotated[str | None, time_query("to (default: now)")] = None,
     step: Annotated[float | None, Query(gt=0, le=86400 * 7)] = None,
     raw: bool = False,
 ) -> dict[str, Any]:
@@ -96,7 +97,7 @@ def get_series(
 
 @router.get("/targets", summary="Collection targets and their last status")
 def get_targets(
-    engine: EngineDep, _: ReadScope, device: str | None = None, protocol: str | None = None
+    engine: EngineDep, _: ReadScope, device: str | None = None, protocol: EndpointProtocol | None = None
 ) -> dict[str, Any]:
     from service.telemetry.targets import list_targets
 

@@ -56,7 +56,7 @@ def test_wrap_reset_and_saturation_through_storage(db: Engine, db_url: str) -> N
                               saturating=True))
     assert ingest_samples(engine=db, samples=samples).written == 12
     client = TestClient(create_app(load_settings(auth_required=False, database_url=db_url)))
-    window = {"device": "h-000", "port": "eth0", "start": str(t0 / 1000), "end": str(t0 / 1000 + 60)}
+    window = {"device": "h-000", "port": "eth0", "start": str(t0), "end": str(t0 + 60_000)}  # Unix ms
 
     def rates_of(metric: str) -> list[float | None]:
         body = client.get("/api/v1/series", params={"metric": metric, **window}).json()
