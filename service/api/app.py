@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
+from fastapi_offline import FastAPIOffline
 
 from service import events
 from service.alerts import views as alert_views
@@ -29,6 +30,8 @@ ROUTERS = (health.router, noc_views.router, inventory_views.router, fleet_views.
            alert_views.router, notify_views.router, incident_views.router, drain_views.router, kpi_views.router,
            nccl_views.router, events.router)
 
+DOCS_ASSETS = "/docs/assets"
+
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -40,8 +43,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     if not settings.database_url:
         raise RuntimeError("create_app needs settings.database_url (the CLI starts the embedded default)")
-    app = FastAPI(title="fabricwatch", version="0.1.0", lifespan=_lifespan,
-                  description="Fabric telemetry and anomaly detection for GPU clusters.")
+    # /docs and /redoc load Swagger UI and ReDoc from the installed fastapi-offline package, never a CDN:
+    # sites without internet get a working page. Open without a token, like /openapi.json and /metrics
+    # (docs/api.md, "Access control").
+    app = FastAPIOffline(title="fabricwatch", version="0.1.0", lifespan=_lifespan, static_url=DOCS_ASSETS,
+                         description="Fabric telemetry and anomaly detection for GPU clusters.",
+                         swagger_ui_parameters={"validatorUrl": None})  # no badge fetched from swagger.io
     app.state.settings = settings
     app.state.engine = get_engine(settings.database_url)
     problems.install(app)
