@@ -15,6 +15,13 @@ class NotifySettings:
     backoff_max_s: float = 3600.0
     max_redirects: int = 3               # 307/308 hops, each checked against allow/deny
     public_url: str | None = None        # base URL for links back to fabricwatch in payloads
+    concurrency: int = 16                # POSTs in flight per delivery task
+    per_receiver: int = 4                # POSTs in flight per subscription, across all workers
+
+    @property
+    def lease_s(self) -> float:
+        """How long a claimed row stays claimed: three time-outs per hop (connect, send, answer)."""
+        return 3.0 * self.timeout_s * (self.max_redirects + 1)
 
 
 def _csv(value: str) -> tuple[str, ...]:

@@ -67,6 +67,8 @@ class OutboxMessage(Base):
     status: Mapped[str] = mapped_column(String(16), default="pending")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # Set while a worker sends the row (claimed, POST in flight); a dead worker's lease runs out.
+    leased_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_status_code: Mapped[int | None] = mapped_column(Integer)
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
@@ -76,6 +78,7 @@ class OutboxMessage(Base):
         UniqueConstraint("subscription_id", "idempotency_key", name="outbox_subscription_key"),
         Index("webhook_outbox_due", "next_attempt_at", "id", postgresql_where=text("status = 'pending'")),
         Index("webhook_outbox_alert", "subscription_id", "alert_id", "id"),
+        Index("webhook_outbox_leased", "subscription_id", postgresql_where=text("leased_until IS NOT NULL")),
     )
 
 
