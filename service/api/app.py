@@ -13,6 +13,7 @@ from service import events
 from service.alerts import views as alert_views
 from service.api import health, problems
 from service.api.limits import BodyLimit
+from service.auth import views as auth_views
 from service.config import Settings, get_settings
 from service.db import get_engine
 from service.drains import views as drain_views
@@ -28,7 +29,7 @@ from service.telemetry import views as telemetry_views
 
 ROUTERS = (health.router, noc_views.router, inventory_views.router, fleet_views.router, telemetry_views.router,
            alert_views.router, notify_views.router, incident_views.router, drain_views.router, kpi_views.router,
-           nccl_views.router, events.router)
+           nccl_views.router, auth_views.router, events.router)
 
 DOCS_ASSETS = "/docs/assets"
 
