@@ -108,8 +108,8 @@ def seed_alerts(engine: Engine, at_ms: int) -> list[int] | None:
     return cs.opened
 
 
-def seed_drain(engine: Engine, at_s: float) -> int | None:
-    """A drain recommendation for the faulty link through the drains service; None when absent."""
+def seed_drain(engine: Engine, at_s: float, alert_id: int | None = None) -> int | None:
+    """A drain recommendation for the faulty link (from `alert_id`) through the drains service; None when absent."""
     try:
         from service.drains.schemas import DrainSettings, Target, TargetKind
         from service.drains.service import recommend
@@ -118,7 +118,7 @@ def seed_drain(engine: Engine, at_s: float) -> int | None:
     with engine.begin() as conn:
         row = recommend(conn=conn, target=Target(kind=TargetKind.LINK, device=FAULTY_LEAF, port=FAULTY_PORT),
                         reason="rx power 6 dB low on lane 1", cause="connector_contamination",
-                        at=datetime.fromtimestamp(at_s, tz=UTC), settings=DrainSettings())
+                        at=datetime.fromtimestamp(at_s, tz=UTC), settings=DrainSettings(), alert_id=alert_id)
     return int(row.id)
 
 

@@ -4,7 +4,8 @@
 "use strict";
 
 const TOKEN_KEY = "fabricwatch.token";
-const state = { summary: null, topo: null, alerts: null, drains: null, selected: null, lastEventId: null };
+const state = { summary: null, topo: null, alerts: null, drains: null, selected: null, lastEventId: null,
+  me: null, authFailed: false };
 
 // ------------------------------------------------------------------ helpers
 
@@ -58,13 +59,62 @@ async function api(path, opts) {
     headers: headers(o.body ? { "Content-Type": "application/json" } : {}),
     body: o.body ? JSON.stringify(o.body) : undefined,
   });
-  if (res.status === 401) showAuth("This API needs a token (read scope to view, operate to act).");
   if (!res.ok) {
     let problem = null;
     try { problem = await res.json(); } catch (_) { /* not JSON */ }
-    throw new ApiError(res.status, problem);
+    const err = new ApiError(res.status, problem);
+    if (res.status === 401) authFailed(err.message);
+    throw err;
   }
   return res.json();
+}
+
+// A 401 stops every poll, reconnect and refresh until a new token is entered: retrying a wrong
+// token only fills the server's failed-login counter (and gets this address a 429).
+let tokenSaved = null;
+function authFailed(detail) {
+  state.authFailed = true;
+  state.me = null;
+  setLive(false, "no access");
+  renderWho();
+  showAuth(token()
+    ? "The token was refused (" + detail + "). The page stopped asking the API; enter a valid token."
+    : "This page needs a token (read scope to view, operate to act). The page stopped asking the API until you enter one.");
+}
+
+function untilTokenSaved() {
+  return new Promise((resolve) => { tokenSaved = resolve; });
+}
+
+function canOperate() { return !!(state.me && state.me.allows && state.me.allows.operate); }
+
+async function loadMe() {
+  // Which buttons to show depends on the token's scopes; the API still checks each action.
+  try {
+    state.me = await api("/api/v1/auth/whoami");
+  } catch (e) {
+    if (e.status === 404) {   // a server from before whoami: show the data, offer no actions
+      state.me = { name: "token", scopes: [], allows: { read: true } };
+    } else {
+      if (e.status !== 401) toast("who am I failed: " + e.message + " (retrying every minute)");
+      return false;
+    }
+  }
+  renderWho();
+  if (!state.me.allows.read) {
+    state.authFailed = true;
+    showAuth("This token (" + state.me.name + ": " + state.me.scopes.join(", ") + ") cannot read; enter a token with the read scope.");
+    return false;
+  }
+  return true;
+}
+
+function renderWho() {
+  const w = $("who");
+  if (!state.me) { w.textContent = ""; w.className = "who hidden"; return; }
+  w.className = "who" + (canOperate() ? "" : " ro");
+  w.textContent = state.me.name + " · " + (canOperate() ? state.me.scopes.join(", ") : "read only");
+  w.title = "token " + state.me.name + ", scopes: " + state.me.scopes.join(", ");
 }
 
 function toast(msg, ok) {
@@ -91,9 +141,11 @@ function fmtNum(v, digits) {
 }
 
 function entity(a) {
-  const s = a.device + (a.port ? ":" + a.port : "") + (a.lane !== null && a.lane !== undefined ? " lane " + a.lane : "");
-  if (!a.peer_device) return s;
-  return el("span", {}, s, el("div", { class: "peer" }, "↔ " + a.peer_device + (a.peer_port ? ":" + a.peer_port : "")));
+  // A link's two ends on two lines; a name is never broken across lines (see .nm in style.css).
+  const here = a.device + (a.port ? ":" + a.port : "") + (a.lane !== null && a.lane !== undefined ? " lane " + a.lane : "");
+  const there = a.peer_device ? "↔ " + a.peer_device + (a.peer_port ? ":" + a.peer_port : "") : null;
+  return el("div", { class: "ent", title: here + (there ? " " + there : "") }, el("div", { class: "nm" }, here),
+    there ? el("div", { class: "nm peer" }, there) : null);
 }
 
 // ------------------------------------------------------------------ header
@@ -120,14 +172,50 @@ function renderKpis() {
 
 // ------------------------------------------------------------------ health map
 
-function tile(node, small) {
-  const t = el("div", {
-    class: "tile h-" + node.health + (small ? " host" : "") + (state.selected && state.selected.device === node.id ? " sel" : ""),
-    title: node.id + " — " + node.health + (node.reasons.length ? "\n" + node.reasons.join("\n") : ""),
-    "data-device": node.id, "data-health": node.health,
+const BAD_HEALTH = { down: 0, critical: 1, warning: 2 };   // link health worth a line on the map, worst first
+const LABEL_LIMIT = 48;   // a tier with more devices labels its unhealthy ones and counts the rest
+const BAD_LINKS_SHOWN = 6;
+
+function tile(node, badLinks) {
+  const n = badLinks.get(node.id) || 0;
+  const sel = state.selected && state.selected.device === node.id;
+  return el("div", {
+    class: "tile h-" + node.health + (sel ? " sel" : ""),
+    title: node.id + (node.rail !== null && node.rail !== undefined ? " · rail " + node.rail : "") + " — " + node.health +
+      (n ? ", " + n + " bad link" + (n > 1 ? "s" : "") : "") +
+      (node.reasons.length ? "\n" + node.reasons.join("\n") : ""),
+    "data-device": node.id, "data-health": node.health, "data-bad-links": n || null,
     onclick: () => selectDevice(node.id),
-  }, small ? "" : node.id.replace(/^(leaf|spine|core)-/, ""));
-  return t;
+  }, node.id, n ? el("span", { class: "bl" }, "✗" + n) : null);
+}
+
+function tier(label, nodes, badLinks) {
+  if (!nodes.length) return null;
+  let shown = [...nodes].sort((a, b) => numCmp(a.id, b.id)), rest = [];
+  if (shown.length > LABEL_LIMIT) {
+    rest = shown.filter((n) => (n.health === "ok" || n.health === "unknown") && !badLinks.get(n.id));
+    shown = shown.filter((n) => !rest.includes(n));
+  }
+  const ok = rest.filter((n) => n.health === "ok").length, nodata = rest.length - ok;
+  const more = [ok ? ok + " ok" : "", nodata ? nodata + " no data" : ""].filter(Boolean).join(" · ");
+  return el("div", { class: "tier" }, el("span", { class: "lbl" }, label),
+    el("div", { class: "tiles" }, shown.map((n) => tile(n, badLinks)),
+      more ? el("span", { class: "more", title: "healthy devices are counted, not drawn, above " + LABEL_LIMIT + " per row" }, "+ " + more) : null));
+}
+
+function badLinkList(edges) {
+  if (!edges.length) return null;
+  const rows = edges.slice(0, BAD_LINKS_SHOWN).map((e) => el("div", {
+    class: "blink", "data-link-id": e.id, "data-health": e.health, title: e.reasons.join("\n"),
+    onclick: () => selectPort(e.source, e.source_port, e.target, e.target_port),
+  },
+  el("span", { class: "sev " + e.health }, e.health),
+  el("span", { class: "nm" }, e.source + ":" + e.source_port), el("span", { class: "arrow" }, "↔"),
+  el("span", { class: "nm" }, e.target + ":" + e.target_port),
+  el("span", { class: "why" }, e.reasons.join("; "))));
+  const extra = edges.length - rows.length;
+  return el("div", { class: "blinks" }, el("div", { class: "lbl" }, "bad links"), rows,
+    extra > 0 ? el("div", { class: "more" }, "+ " + extra + " more") : null);
 }
 
 function renderMap() {
@@ -135,47 +223,66 @@ function renderMap() {
   const box = $("map");
   if (!topo) return;
   $("health-source").textContent = "· from " + topo.health_source;
+  const nodes = new Map(topo.nodes.map((n) => [n.id, n]));
+  const podOf = (id) => (nodes.get(id) || {}).pod || "";
+  // Bad links: counted on both end devices, listed under the pod they sit in (a leaf's uplink under its pod).
+  const badLinks = new Map(), badByPod = new Map();
+  const bad = topo.edges.filter((e) => e.health in BAD_HEALTH)
+    .sort((a, b) => BAD_HEALTH[a.health] - BAD_HEALTH[b.health] || a.id - b.id);
+  for (const e of bad) {
+    for (const d of [e.source, e.target]) badLinks.set(d, (badLinks.get(d) || 0) + 1);
+    const pod = podOf(e.source) || podOf(e.target);
+    if (!badByPod.has(pod)) badByPod.set(pod, []);
+    badByPod.get(pod).push(e);
+  }
   const byPod = new Map();
   for (const n of topo.nodes) {
     const key = n.pod || "";
     if (!byPod.has(key)) byPod.set(key, []);
     byPod.get(key).push(n);
   }
+  const role = (ns, ...roles) => ns.filter((n) => roles.includes(n.role));
   const out = [];
   const shared = byPod.get("") || [];
   if (shared.length) {
-    const cores = shared.filter((n) => n.role === "core"), spines = shared.filter((n) => n.role === "spine");
-    out.push(el("div", { class: "pod" },
-      el("div", { class: "pod-h" }, "Shared fabric"),
-      cores.length ? el("div", { class: "tier" }, el("span", { class: "lbl" }, "core"), el("div", { class: "tiles" }, cores.map((n) => tile(n)))) : null,
-      spines.length ? el("div", { class: "tier" }, el("span", { class: "lbl" }, "spine"), el("div", { class: "tiles" }, spines.map((n) => tile(n)))) : null,
-    ));
+    out.push(el("div", { class: "pod", "data-pod": "" },
+      el("div", { class: "pod-h" }, "Shared fabric", badCount(badByPod.get(""),
+        bad.filter((e) => !podOf(e.source) || !podOf(e.target)).length - (badByPod.get("") || []).length)),
+      tier("core", role(shared, "core"), badLinks), tier("spine", role(shared, "spine"), badLinks),
+      tier("other", shared.filter((n) => !["core", "spine"].includes(n.role)), badLinks),
+      badLinkList(badByPod.get("") || [])));
   }
-  for (const [pod, nodes] of [...byPod.entries()].filter(([p]) => p !== "").sort()) {
+  for (const [pod, ns] of [...byPod.entries()].filter(([p]) => p !== "").sort((a, b) => numCmp(a[0], b[0]))) {
     const counts = {};
-    for (const n of nodes) counts[n.health] = (counts[n.health] || 0) + 1;
-    const spines = nodes.filter((n) => n.role === "spine" || n.role === "core");
-    const leaves = nodes.filter((n) => n.role === "leaf");
-    const hosts = nodes.filter((n) => n.role === "host");
+    for (const n of ns) counts[n.health] = (counts[n.health] || 0) + 1;
     const rails = new Map();
-    for (const l of leaves) {
+    for (const l of role(ns, "leaf")) {
       const r = l.rail === null || l.rail === undefined ? "—" : l.rail;
       if (!rails.has(r)) rails.set(r, []);
       rails.get(r).push(l);
     }
-    const railRows = [...rails.entries()].sort((a, b) => String(a[0]).localeCompare(String(b[0]), undefined, { numeric: true }))
-      .map(([r, ls]) => el("div", { class: "tier" }, el("span", { class: "lbl" }, r === "—" ? "leaf" : "rail " + r),
-        el("div", { class: "tiles" }, ls.map((n) => tile(n)))));
+    // A row per rail while that stays short; a wide rail-optimized pod gets one row of leaves.
+    const railRows = rails.size > 4 ? [tier("leaves " + role(ns, "leaf").length, role(ns, "leaf"), badLinks)]
+      : [...rails.entries()].sort((a, b) => numCmp(a[0], b[0])).map(([r, ls]) => tier(r === "—" ? "leaf" : "rail " + r, ls, badLinks));
+    const hosts = role(ns, "host");
     const stats = ["critical", "down", "warning", "info", "ok", "unknown"].filter((h) => counts[h])
-      .map((h) => counts[h] + " " + h).join(" · ");
+      .map((h) => counts[h] + " " + (h === "unknown" ? "no data" : h)).join(" · ");
     out.push(el("div", { class: "pod", "data-pod": pod },
-      el("div", { class: "pod-h" }, el("span", { class: "sev " + podHealth(counts) }, pod), el("span", { class: "stats" }, stats)),
-      spines.length ? el("div", { class: "tier" }, el("span", { class: "lbl" }, "spine"), el("div", { class: "tiles" }, spines.map((n) => tile(n)))) : null,
-      railRows,
-      hosts.length ? el("div", { class: "tier" }, el("span", { class: "lbl" }, "hosts " + hosts.length), el("div", { class: "tiles" }, hosts.map((n) => tile(n, true)))) : null,
-    ));
+      el("div", { class: "pod-h" }, el("span", { class: "sev " + podHealth(counts) }, pod), el("span", { class: "stats" }, stats),
+        badCount(badByPod.get(pod))),
+      tier("spine", role(ns, "spine", "core"), badLinks), railRows,
+      tier("hosts " + hosts.length, hosts, badLinks),
+      tier("other", ns.filter((n) => !["spine", "core", "leaf", "host"].includes(n.role)), badLinks),
+      badLinkList(badByPod.get(pod) || [])));
   }
   box.replaceChildren(...(out.length ? out : [el("div", { class: "empty" }, "no devices in the inventory")]));
+}
+
+function badCount(edges, elsewhere) {
+  // `elsewhere`: bad links of these devices listed under a pod (a spine's downlink sits with its leaf's pod).
+  const n = (edges || []).length;
+  const text = n ? n + " bad link" + (n > 1 ? "s" : "") : elsewhere ? elsewhere + " bad downlink" + (elsewhere > 1 ? "s" : "") + ", listed under the pod" : "all links ok";
+  return el("span", { class: "bad-count" + (n || elsewhere ? " on" : "") }, text);
 }
 
 function podHealth(counts) {
@@ -191,10 +298,13 @@ function evidence(a) {
     e.baseline !== null && e.baseline !== undefined ? " vs " + fmtNum(e.baseline, 3) : ""));
 }
 
+// One alert or drain per two-line row: names never wrap, long text ends in an ellipsis (its title holds all).
+function line(cls, title, ...kids) { return el("div", { class: "line " + (cls || ""), title }, ...kids); }
+
 function renderAlerts() {
   const body = $("alerts").tBodies[0];
   if (state.alerts === null) {
-    body.replaceChildren(el("tr", {}, el("td", { colspan: 7, class: "empty" }, "alerts API not available")));
+    body.replaceChildren(el("tr", {}, el("td", { colspan: 5, class: "empty" }, "alerts API not available")));
     $("alerts-count").textContent = "";
     return;
   }
@@ -203,21 +313,22 @@ function renderAlerts() {
     || (a.state === "firing" ? 0 : 1) - (b.state === "firing" ? 0 : 1) || b.opened_at_ms - a.opened_at_ms);
   $("alerts-count").textContent = String(items.length);
   if (!items.length) {
-    body.replaceChildren(el("tr", {}, el("td", { colspan: 7, class: "empty" }, "no active alerts")));
+    body.replaceChildren(el("tr", {}, el("td", { colspan: 5, class: "empty" }, "no active alerts")));
     return;
   }
   body.replaceChildren(...items.map((a) => el("tr", {
     class: "click alert-row", "data-alert-id": a.id,
     onclick: () => selectPort(a.device, a.port, a.peer_device, a.peer_port),
   },
-  el("td", {}, el("span", { class: "sev " + a.severity }, a.severity)),
-  el("td", {}, el("span", { class: "state " + a.state }, a.state), a.muted_by ? el("div", { class: "muted" }, "muted") : null),
-  el("td", { class: "ent" }, entity(a)),
-  el("td", {}, el("div", { class: "sum" }, el("b", {}, a.kind), " · ", a.cause, " — ", a.summary),
-    el("div", {}, evidence(a)), a.ttt_hours !== null && a.ttt_hours !== undefined ? el("div", { class: "muted" }, "time to threshold " + fmtNum(a.ttt_hours, 1) + " h") : null),
-  el("td", { class: "act" }, a.action.replaceAll("_", " ")),
-  el("td", { class: "mono muted when" }, fmtTime(a.opened_at_ms)),
-  el("td", {}, a.state === "firing" ? el("button", { type: "button", onclick: (ev) => { ev.stopPropagation(); ack(a.id); } }, "ack") : null),
+  el("td", { class: "sevc" }, el("span", { class: "sev " + a.severity }, a.severity),
+    el("div", { class: "state " + a.state }, a.state + (a.muted_by ? " · muted" : ""))),
+  el("td", { class: "entc" }, entity(a)),
+  el("td", { class: "fill" }, line("sum", a.summary, a.summary),
+    line("", "condition " + a.kind + ", cause " + a.cause, el("span", { class: "kind" }, a.cause.replaceAll("_", " ")), evidence(a),
+      a.ttt_hours !== null && a.ttt_hours !== undefined ? el("span", { class: "muted" }, " threshold in " + fmtNum(a.ttt_hours, 1) + " h") : null)),
+  el("td", { class: "act" }, el("div", {}, a.action.replaceAll("_", " ")), el("div", { class: "mono muted" }, fmtTime(a.opened_at_ms))),
+  el("td", { class: "btnc" }, canOperate() && a.state === "firing"
+    ? el("button", { type: "button", onclick: (ev) => { ev.stopPropagation(); ack(a.id); } }, "ack") : null),
   )));
 }
 
@@ -230,6 +341,13 @@ async function ack(id) {
 }
 
 // ------------------------------------------------------------------ drains
+
+function alertState(d) {
+  // `alert_state`: the state of the alert the drain came from (null: no alert); older servers omit it.
+  if (!("alert_state" in d)) return el("span", { class: "muted", title: "this server does not report the alert's state" }, "—");
+  if (d.alert_state === null) return el("span", { class: "muted", "data-alert-state": "" }, "no alert");
+  return el("span", { class: "state " + d.alert_state, "data-alert-state": d.alert_state }, d.alert_state);
+}
 
 function renderDrains() {
   const body = $("drains").tBodies[0];
@@ -244,14 +362,19 @@ function renderDrains() {
   }
   body.replaceChildren(...state.drains.map((d) => {
     const v = d.verdict || {};
+    const summary = (v.summary || "").replace(/^(safe|blocked|unsafe):\s*/i, "");
     return el("tr", { class: "click drain-row", "data-drain-id": d.id, onclick: () => selectPort(d.device, d.port, d.peer_device, d.peer_port) },
-      el("td", { class: "mono" }, d.id),
-      el("td", { class: "ent" }, el("div", { class: "muted" }, d.target_kind), entity(d)),
-      el("td", { class: "act" }, d.action.replaceAll("_", " ")),
-      el("td", {}, el("span", { class: "state " + d.status }, d.status)),
-      el("td", {}, el("span", { class: "verdict " + (v.safe ? "safe" : "unsafe") }, v.safe ? "SAFE" : "BLOCKED"), " ", (v.summary || "").replace(/^(safe|blocked|unsafe):\s*/i, ""),
-        el("div", { class: "checks" }, (v.checks || []).map((c) => el("span", { class: "chk " + (c.ok ? "ok" : "bad"), title: c.message }, c.constraint.replaceAll("_", " "))))),
-      el("td", {}, d.status === "pending" ? el("button", { type: "button", class: "primary", onclick: (ev) => { ev.stopPropagation(); approve(d.id); } }, "approve") : null),
+      el("td", { class: "mono" }, el("div", {}, d.id), el("div", { class: "muted" }, d.target_kind)),
+      el("td", { class: "entc" }, entity(d)),
+      el("td", { class: "act" }, el("div", {}, d.action.replaceAll("_", " ")), el("div", { class: "state " + d.status }, d.status)),
+      el("td", { class: "alertc" }, alertState(d)),
+      el("td", { class: "fill" }, line("sum reason", d.reason, d.reason),
+        line("", summary, el("span", { class: "verdict " + (v.safe ? "safe" : "unsafe") }, v.safe ? "SAFE" : "BLOCKED"), " ",
+          [...(v.checks || [])].sort((a, b) => a.ok - b.ok)   // what blocks it first
+            .map((c) => el("span", { class: "chk " + (c.ok ? "ok" : "bad"), title: c.message }, c.constraint.replaceAll("_", " "))),
+          " ", el("span", { class: "muted" }, summary))),
+      el("td", { class: "btnc" }, canOperate() && d.status === "pending"
+        ? el("button", { type: "button", class: "primary", onclick: (ev) => { ev.stopPropagation(); approve(d.id); } }, "approve") : null),
     );
   }));
 }
@@ -274,10 +397,10 @@ function renderWorst() {
     return;
   }
   body.replaceChildren(...items.map((l) => el("tr", { class: "click", onclick: () => selectPort(l.source, l.source_port, l.target, l.target_port) },
-    el("td", { class: "ent" }, l.source + ":" + l.source_port, el("div", { class: "peer" }, "↔ " + l.target + ":" + l.target_port)),
+    el("td", { class: "entc" }, entity({ device: l.source, port: l.source_port, peer_device: l.target, peer_port: l.target_port })),
     el("td", {}, el("span", { class: "sev " + l.health }, l.health)),
-    el("td", { class: "mono" }, l.rx_margin_db === null ? "—" : fmtNum(l.rx_margin_db, 1) + " dB"),
-    el("td", { class: "muted" }, l.reasons.join("; ")))));
+    el("td", { class: "mono when" }, l.rx_margin_db === null ? "—" : fmtNum(l.rx_margin_db, 1) + " dB"),
+    el("td", { class: "fill" }, l.reasons.map((r) => line("muted", r, r))))));
 }
 
 // ------------------------------------------------------------------ detail: device and link
@@ -602,9 +725,16 @@ function renderRecovery() {
     const t = el("span", { class: "tgt" }); t.style.left = (100 * target / span) + "%"; bar.append(t);
     return bar;
   };
+  // Detect needs an onset recorded before the alert; the pipeline opens incidents with their alert, so
+  // its incidents have none and the API answers null: "—" with the reason, never a false "0s".
+  const unmeasured = "not measured: no fault onset before the alert was recorded for these incidents " +
+    "(the detector opens an incident together with its alert and does not record an onset yet)";
+  const detect = (v, g, extra) => el("td", Object.assign({ class: "num" + (v === null ? " nm-why" : ""),
+    title: v === null ? unmeasured : "measured on " + g.detect.count + " of " + g.incidents + " incidents" }, extra || {}),
+  v === null ? "—" : fmtDur(v));
   const row = (name, g, cls) => el("tr", { class: cls || "", "data-cause": name },
     el("td", { class: "ent" }, name.replaceAll("_", " ")), el("td", { class: "num" }, g.incidents),
-    num(g.detect.p50, { "data-detect-p50": g.detect.p50 }), num(g.detect.p90),
+    detect(g.detect.p50, g, { "data-detect-p50": g.detect.p50 }), detect(g.detect.p90, g),
     el("td", { class: "num " + judged(g.mitigate.p50), "data-mitigate-p50": g.mitigate.p50 }, fmtDur(g.mitigate.p50)),
     el("td", { class: "num " + judged(g.mitigate.p90), "data-mitigate-p90": g.mitigate.p90 }, fmtDur(g.mitigate.p90)),
     el("td", {}, tbar(g.mitigate)),
@@ -620,8 +750,11 @@ function renderRecovery() {
   body.replaceChildren(...causes.map(([c, g]) => row(c, g)), row("all causes", r.overall, "all"),
     ...(pods.length ? [el("tr", { class: "sect" }, el("td", { colspan: 10 }, "per pod")), ...pods] : []));
   const foot = $("recovery-panel").querySelector(".rec-foot") || $("recovery-panel").appendChild(el("div", { class: "rec-foot" }));
-  foot.replaceChildren("detect: fault onset → first alert · mitigate: alert → drained · restore: drained → returned to service",
-    el("i", { class: "p50" }), "p50", el("i", { class: "p90" }), "p90", el("i", { class: "tgt" }), "target");
+  const unknown = [r.overall, ...Object.values(r.by_cause)].some((g) => g.detect.p50 === null);
+  foot.replaceChildren(el("div", {}, "detect: fault onset → first alert · mitigate: alert → drained · restore: drained → returned to service",
+    el("i", { class: "p50" }), "p50", el("i", { class: "p90" }), "p90", el("i", { class: "tgt" }), "target"),
+  ...(unknown ? [el("div", { class: "detect-note" }, "detect — : not measured. It needs a fault onset recorded before the alert " +
+    "(evidence onset_ms, or an incident opened as suspect earlier); incidents the detector opens start with their alert, so they have none.")] : []));
 }
 
 // ------------------------------------------------------------------ KPI view: NCCL busbw
@@ -756,6 +889,7 @@ function renderNcclSide(side, latest, base, cmp) {
 // ------------------------------------------------------------------ KPI view: loading and tabs
 
 async function refreshKpis(which) {
+  if (state.authFailed || !state.me) return;
   try {
     kv.anchor = await dataTime();
   } catch (e) { return; }   // 401: the token banner is up
@@ -806,6 +940,7 @@ const loaders = {
 };
 
 async function refresh(which) {
+  if (state.authFailed || !state.me) return;
   await Promise.all((which || Object.keys(loaders)).map((k) => loaders[k]().catch((e) => {
     if (e.status !== 401) toast("loading " + k + " failed: " + e.message);
   })));
@@ -848,10 +983,12 @@ function setLive(on, text) {
 async function stream() {
   let delay = 1000;
   for (;;) {
+    if (state.authFailed) { await untilTokenSaved(); delay = 1000; continue; }
     try {
       const h = headers({ Accept: "text/event-stream" });
       if (state.lastEventId) h["Last-Event-ID"] = state.lastEventId;
       const res = await fetch("/api/v1/events", { headers: h });
+      if (res.status === 401) { authFailed("HTTP 401"); continue; }
       if (!res.ok) throw new Error("HTTP " + res.status);
       setLive(true, "live");
       delay = 1000;
@@ -875,6 +1012,7 @@ async function stream() {
         }
       }
     } catch (_) { /* fall through to reconnect */ }
+    if (state.authFailed) continue;
     setLive(false, "reconnecting");
     await new Promise((r) => setTimeout(r, delay));
     delay = Math.min(delay * 2, 30000);
@@ -884,11 +1022,27 @@ async function stream() {
 
 function tick() { $("clock").textContent = new Date().toISOString().slice(11, 19) + " UTC"; }
 
+let streaming = false;
+
+async function start() {
+  // Who am I first: a refused token stops here, before any other request repeats the 401.
+  if (!(await loadMe())) return;
+  await refresh();
+  if (kpiActive()) refreshKpis();
+  if (!streaming) { streaming = true; stream(); }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   token();
   $("auth-save").addEventListener("click", () => {
     const v = $("auth-token").value.trim();
-    if (v) { localStorage.setItem(TOKEN_KEY, v); $("auth").classList.add("hidden"); refresh(); if (kpiActive()) refreshKpis(); }
+    if (!v) return;
+    localStorage.setItem(TOKEN_KEY, v);
+    $("auth").classList.add("hidden");
+    state.authFailed = false;
+    kv.loaded = false;
+    if (tokenSaved) { tokenSaved(); tokenSaved = null; }
+    start();
   });
   $("heat-window").addEventListener("change", () => refreshKpis(["heat"]));
   $("nccl-pick").addEventListener("change", (ev) => { kv.pick = ev.target.value; renderNccl().catch((e) => toast("NCCL: " + e.message)); });
@@ -900,8 +1054,11 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   tick();
   setInterval(tick, 1000);
-  refresh();
   showTab();
-  setInterval(() => { refresh(); if (kpiActive()) refreshKpis(); }, 60000);   // a safety net under the event stream
-  stream();
+  start();
+  setInterval(() => {   // a safety net under the event stream
+    if (!state.me) { if (!state.authFailed) start(); return; }
+    refresh();
+    if (kpiActive()) refreshKpis();
+  }, 60000);
 });
