@@ -131,7 +131,39 @@ def test_chromium_renders_heatmap_recovery_and_nccl(live_url: str, engine: Engin
     assert len(re.findall(r'class="pt baseline"', dom)) == 32
     assert 'data-verdict="bad"' in dom and "REGRESSED" in dom and "-22.0%" in dom
 
-    chromium.screenshot(url, tmp_path, "noc-kpis.png", "--hide-scrollbars", budget_ms=8000)
+
+@needs_chromium
+def test_detect_time_without_an_onset_is_a_dash_with_the_reason(live_url: str, engine: Engine,
+                                                                seeded: dict[str, Any], db_url: str,
+                                                                tmp_path: Path) -> None:
+    """An incident as the detection pipeline opens it, together with its alert: no onset was recorded, so the
+    recovery table shows detect "—" and says why, where it used to show "0s" (runs after the test above)."""
+    from service.detection.findings import Action, Cause, Finding, Severity
+    from service.pipeline import apply_cycle
+
+    at_ms = int((seeded["fabric"].end_s - 600) * 1000)
+    finding = Finding(kind="post_fec_errors", scope="port", device="host-p1-00002", port="eth0", lane=None,
+                      cause=Cause.POST_FEC, severity=Severity.PAGE, action=Action.REPLACE_CABLE, state="firing",
+                      score=2.0, at_ms=at_ms, summary="post-FEC errors on host-p1-00002:eth0",
+                      peer_device="leaf-p1-r0-01", peer_port="Ethernet1/2", end="local")
+    with engine.begin() as conn:
+        assert apply_cycle(conn, [finding], at_ms).drains   # alert, incident and drain, as live
+    end = datetime.fromtimestamp(seeded["fabric"].end_s, tz=UTC)
+    rec = _api(db_url, "/api/v1/kpis/recovery", start="2025-12-01T00:00:00Z", end=end.isoformat())
+    assert rec["by_cause"]["post_fec_errors"]["detect"]["p50"] is None
+    assert rec["by_cause"]["connector_contamination"]["detect"]["p50"] == 60.0   # scripted onsets still count
+
+    with engine.begin() as conn:
+        token = create_token(conn, name="noc-kpis-detect", scopes=["read"])
+    url = f"{live_url}/?token={token}#kpis"
+    dom = chromium.run(url, tmp_path, "--dump-dom", budget_ms=8000)
+    row = re.search(r'<tr class="" data-cause="post_fec_errors">.*?</tr>', dom, re.S)
+    assert row, "no recovery row for post_fec_errors"
+    detect = re.search(r'<td class="num nm-why" title="([^"]*)">—</td>', row.group(0))
+    assert detect and "no fault onset before the alert" in detect.group(1)
+    assert "data-detect-p50" not in row.group(0) and ">0s<" not in row.group(0)
+    assert "detect — : not measured" in dom
+    chromium.screenshot(url, tmp_path, "noc-kpis.png", budget_ms=8000)
 
 
 @needs_chromium
