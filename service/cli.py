@@ -31,6 +31,7 @@ class _LazyGroup(TyperGroup):
         "detect": ("service.detection.cli", "detect"),
         "backtest": ("service.detection.cli", "backtest"),
         "nccl": ("service.nccl.cli", None),
+        "secrets": ("service.notify.cli", None),
         "sim": ("simulator.cli", None),  # optional: not in slim deployments
     }
 

@@ -10,7 +10,7 @@ import os
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -52,6 +52,9 @@ class Settings(BaseSettings):
     webhook_max_redirects: int = Field(default=3, ge=0, le=10)
     webhook_poll_s: float = Field(default=5.0, gt=0, le=300, description="how often the outbox is delivered")
     public_url: str | None = Field(default=None, description="base URL for links in notifications")
+    secrets_key: SecretStr | None = Field(default=None, description="Fernet key(s) sealing webhook secrets; "
+                                          "comma-separated, the first seals, all open (docs/operations.md)")
+    secrets_key_file: str | None = Field(default=None, description="file with the secrets key(s), one per line")
     spool_dir: str | None = Field(default=None, description="where collections wait while the database is away")
     detect_interval_s: float = Field(default=30.0, gt=0, le=3600, description="detection cycle period")
     dispatch_interval_s: float = Field(default=1.0, gt=0, le=60)

@@ -21,6 +21,10 @@ from sqlalchemy import Engine, make_url, text
 from service.db import dispose_engines, get_engine, normalize_url
 from service.migrate import upgrade
 
+# Webhook secrets are sealed at rest (service/notify/sealing.py): the suite runs with a fixed key
+# (base64 of b"fw-test-key-not-for-production!!"), as a deployment does; workers that tests start inherit it.
+os.environ.setdefault("FABRICWATCH_SECRETS_KEY", "ZnctdGVzdC1rZXktbm90LWZvci1wcm9kdWN0aW9uISE=")
+
 
 def _admin_url(url: str) -> str:
     u = make_url(normalize_url(url))

@@ -30,7 +30,7 @@ OUTBOX_STATES = ("pending", "delivered", "dead")
 
 
 class WebhookSubscription(Base):
-    """A receiver. `secret` and `routing_key` are write-only: stored for signing/sending, never returned."""
+    """A receiver. `secret` and `routing_key` are write-only: stored sealed (notify/sealing.py), never returned."""
 
     __tablename__ = "webhook_subscriptions"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

@@ -31,6 +31,7 @@ from sqlalchemy import Connection, Engine, insert, select, text
 from service.notify import NotifySettings, notify_settings
 from service.notify.models import OutboxMessage, WebhookDelivery, WebhookSubscription
 from service.notify.payloads import render, wants
+from service.notify.sealing import Sealer, SealError, reseal_subscriptions
 from service.notify.signing import DELIVERY_HEADER, EVENT_HEADER, IDEMPOTENCY_HEADER, sign_headers
 from service.notify.urlpolicy import IPAddress, Resolver, UrlPolicy, UrlRefused, check_url, resolve
 
@@ -226,15 +227,22 @@ def _claim(engine: Engine, settings: NotifySettings, n: int) -> list[Any]:
         return list(conn.execute(_LEASE, {"ids": picked, "lease": settings.lease_s}))
 
 
-def _attempt(engine: Engine, client: httpx.Client, row: Any, settings: NotifySettings, policy: UrlPolicy) -> str:
+def _attempt(engine: Engine, client: httpx.Client, row: Any, settings: NotifySettings, policy: UrlPolicy,
+             sealer: Sealer) -> str:
     """Send one leased row (no transaction open meanwhile), then record the outcome."""
     attempt_no = row.attempts
-    body = render(row.format, row.message, receiver=row.name, routing_key=row.routing_key,
-                  public_url=settings.public_url)
-    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT,
-               IDEMPOTENCY_HEADER: row.idempotency_key, EVENT_HEADER: row.event,
-               DELIVERY_HEADER: f"{row.id}/{attempt_no}", **sign_headers(row.secret, body)}
-    result = send(client, row.url, body, headers, policy, settings.max_redirects)
+    try:
+        secret = sealer.open(row.secret, subscription=row.name)
+        routing_key = sealer.open(row.routing_key, what="routing key", subscription=row.name)
+    except SealError as exc:
+        result = Attempt(None, str(exc), 0.0)
+    else:
+        body = render(row.format, row.message, receiver=row.name, routing_key=routing_key,
+                      public_url=settings.public_url)
+        headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT,
+                   IDEMPOTENCY_HEADER: row.idempotency_key, EVENT_HEADER: row.event,
+                   DELIVERY_HEADER: f"{row.id}/{attempt_no}", **sign_headers(secret, body)}
+        result = send(client, row.url, body, headers, policy, settings.max_redirects)
     with engine.begin() as conn:
         if result.ok:
             outcome = "delivered"
@@ -260,11 +268,24 @@ def _client(settings: NotifySettings) -> httpx.Client:
                         limits=httpx.Limits(max_keepalive_connections=0))
 
 
+def _seal_plaintext(engine: Engine, sealer: Sealer) -> None:
+    """Seal values stored before sealing existed, once a key is configured (lazy migration)."""
+    if not sealer.configured:
+        return
+    with engine.begin() as conn:
+        done = reseal_subscriptions(conn, sealer, plaintext_only=True)
+    if done.plaintext:
+        log.warning("sealed %s plaintext webhook secret(s) or routing key(s) with %s", done.plaintext,
+                    sealer.source)
+
+
 def deliver_due(engine: Engine, *, settings: NotifySettings | None = None, limit: int = 200,
                 budget_s: float = 20.0) -> dict[str, int]:
     """Send due outbox rows concurrently until none is due and none in flight, `limit` or `budget_s`."""
     settings = settings or notify_settings()
     policy = UrlPolicy.from_lists(settings.allow, settings.deny)
+    sealer = Sealer.from_settings()
+    _seal_plaintext(engine, sealer)
     counts: Counter[str] = Counter()
     deadline = time.monotonic() + budget_s
     in_flight: set[Future[str]] = set()
@@ -275,7 +296,7 @@ def deliver_due(engine: Engine, *, settings: NotifySettings | None = None, limit
                 rows = _claim(engine, settings, room)
                 if not rows:
                     break
-                in_flight.update(pool.submit(_attempt, engine, client, row, settings, policy) for row in rows)
+                in_flight.update(pool.submit(_attempt, engine, client, row, settings, policy, sealer) for row in rows)
             if not in_flight:
                 break
             done, in_flight = wait(in_flight, timeout=POLL_S, return_when=FIRST_COMPLETED)
@@ -298,7 +319,7 @@ def deliver_now(engine: Engine, *, outbox_id: int, settings: NotifySettings | No
             return None
         row = conn.execute(_LEASE, {"ids": [outbox_id], "lease": settings.lease_s}).one()
     with _client(settings) as client:
-        return _attempt(engine, client, row, settings, policy)
+        return _attempt(engine, client, row, settings, policy, Sealer.from_settings())
 
 
 def outbox_row(conn: Connection, outbox_id: int) -> dict[str, Any] | None:

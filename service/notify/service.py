@@ -11,6 +11,7 @@ from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 from service.notify import NotifySettings, notify_settings, payloads
 from service.notify.models import OutboxMessage, WebhookDelivery, WebhookSubscription
 from service.notify.outbox import deliver_now, enqueue
+from service.notify.sealing import SEALED_COLUMNS, Sealer
 from service.notify.urlpolicy import UrlPolicy, check_url
 
 subs = WebhookSubscription.__table__
@@ -25,9 +26,12 @@ def check_target(url: str, settings: NotifySettings | None = None) -> None:
 def create_subscription(*, conn: Connection, name: str, url: str, format: str, secret: str | None,
                         routing_key: str | None, filters: dict[str, list[str]], send_resolved: bool,
                         enabled: bool, created_by: str, settings: NotifySettings | None = None) -> dict[str, Any]:
+    """Raise UrlRefused for a refused URL, SealError for a secret when no secrets key is usable."""
     check_target(url, settings)
+    sealer = Sealer.from_settings()
     return dict(conn.execute(insert(subs).values(
-        name=name, url=url, format=format, secret=secret, routing_key=routing_key, filters=filters,
+        name=name, url=url, format=format, secret=sealer.seal(secret), routing_key=sealer.seal(routing_key),
+        filters=filters,
         send_resolved=send_resolved, enabled=enabled, created_by=created_by).returning(subs)).mappings().one())
 
 
@@ -44,6 +48,10 @@ def update_subscription(*, conn: Connection, subscription_id: int, values: dict[
                         settings: NotifySettings | None = None) -> dict[str, Any] | None:
     if "url" in values:
         check_target(values["url"], settings)
+    sealed = [c for c in SEALED_COLUMNS if values.get(c) is not None]
+    if sealed:
+        sealer = Sealer.from_settings()
+        values = {**values, **{c: sealer.seal(values[c]) for c in sealed}}
     row = conn.execute(update(subs).where(subs.c.id == subscription_id)
                        .values(updated_at=func.now(), **values).returning(subs)).mappings().first()
     return dict(row) if row else None

@@ -19,6 +19,7 @@ from service.notify.schemas import (
     WebhookRead,
     WebhookUpdate,
 )
+from service.notify.sealing import SealError
 from service.notify.urlpolicy import UrlRefused
 
 router = APIRouter(prefix="/api/v1/webhooks", tags=["webhooks"])
@@ -30,6 +31,11 @@ def _not_found(ident: int) -> Problem:
 
 def _refused(exc: UrlRefused) -> Problem:
     return Problem(422, "Webhook target refused", str(exc))
+
+
+def _unsealable(exc: SealError) -> Problem:
+    # The server's configuration, not the request, is at fault: the secret is not stored unsealed.
+    return Problem(503, "Secrets key not usable", str(exc))
 
 
 def _conflict() -> Problem:
@@ -54,6 +60,8 @@ def create_webhook(body: WebhookCreate, engine: EngineDep, who: AdminScope) -> W
                 created_by=who.name)
     except UrlRefused as exc:
         raise _refused(exc) from None
+    except SealError as exc:
+        raise _unsealable(exc) from None
     except IntegrityError:
         raise _conflict() from None
     return WebhookRead.from_row(row)
@@ -88,6 +96,8 @@ def update_webhook(webhook_id: int, body: WebhookUpdate, engine: EngineDep, _: A
             row = service.update_subscription(conn=conn, subscription_id=webhook_id, values=values)
     except UrlRefused as exc:
         raise _refused(exc) from None
+    except SealError as exc:
+        raise _unsealable(exc) from None
     except IntegrityError:
         raise _conflict() from None
     return WebhookRead.from_row(row)  # type: ignore[arg-type]
