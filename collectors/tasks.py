@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
@@ -143,6 +144,10 @@ def collect_endpoint(engine: Engine, endpoint_id: int, groups: list[str]) -> Pen
         t0 = time.perf_counter()
         try:
             result = get_collector(protocol)(target, now_ms=started_ms)
+        except SoftTimeLimitExceeded:  # a hung source (service/worker.py): the cut is the target's status
+            log.warning("collection of %s cut off at its time limit", target.name)
+            result = CollectResult(target=target.name, error=f"collection cut off at its time limit "
+                                   f"({collect_target.soft_time_limit:g} s): a source hung")
         except Exception as exc:  # a collector bug must become a status, not a dead task loop
             log.exception("collector %s crashed on %s", protocol, target.name)
             result = CollectResult(target=target.name, error=f"collector crashed: {type(exc).__name__}: {exc}")

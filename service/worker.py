@@ -3,20 +3,73 @@
 Reliability settings: tasks are acknowledged late and re-queued if a worker dies mid-task
 (`task_acks_late`, `task_reject_on_worker_lost`); every write they make is idempotent
 (samples ON CONFLICT DO NOTHING, slots claimed atomically), so a re-run stores nothing twice.
+
+Every task has a soft and a hard time limit for its kind (TIME_LIMITS, overridden per kind by
+FABRICWATCH_TASK_TIME_LIMITS). At the soft limit the task gets SoftTimeLimitExceeded: its transaction
+rolls back (a detection cycle frees the alert lock), a collection records the cut as its target's
+error. At the hard limit the pool process is killed. The next beat tick runs the next cycle either way.
+Celery enforces time limits only in the prefork pool (WORKER_POOL); its threads pool ignores them.
 """
 
 from __future__ import annotations
 
 import os
 
-from celery import Celery
+from celery import Celery, Task
 
 from service.broker import broker_url, transport_class, transport_options
-from service.config import Settings, get_settings
+from service.config import Settings, SettingsError, get_settings
 
 DEFAULT_QUEUE = "fabricwatch"
+WORKER_POOL = "prefork"  # the pool that enforces time limits (a hung task cannot be cut off in a thread)
 
-celery_app = Celery("fabricwatch")
+# (soft, hard) seconds per task kind, the task name after "fabricwatch.".
+TIME_LIMITS: dict[str, tuple[float, float]] = {
+    "dispatch_collections": (30.0, 60.0),    # one UPDATE per target and group
+    "collect_target": (120.0, 150.0),        # a poll is bounded by its endpoint's timeouts long before this
+    "run_detection": (600.0, 660.0),         # a cycle of a large fabric, with training
+    "deliver_outbox": (120.0, 150.0),        # its own budget is 60 s
+    "maintain_partitions": (600.0, 660.0),
+    "compute_rollups": (900.0, 960.0),       # bounded chunks per run
+    "maintain_rollups": (600.0, 660.0),
+}
+_CONF_KEY = "fabricwatch_time_limits"
+
+
+def time_limits(settings: Settings) -> dict[str, tuple[float, float]]:
+    """TIME_LIMITS with the settings' overrides; SettingsError for an unknown kind or soft >= hard."""
+    out = dict(TIME_LIMITS)
+    for kind, (soft, hard) in settings.task_time_limits.items():
+        if kind not in TIME_LIMITS:
+            raise SettingsError(f"setting FABRICWATCH_TASK_TIME_LIMITS: unknown task kind {kind!r} "
+                                f"(known: {', '.join(sorted(TIME_LIMITS))})")
+        if not 0 < soft < hard:
+            raise SettingsError(f"setting FABRICWATCH_TASK_TIME_LIMITS: {kind}: the soft limit ({soft:g} s) "
+                                f"must be positive and below the hard one ({hard:g} s)")
+        out[kind] = (float(soft), float(hard))
+    return out
+
+
+class LimitedTask(Task):  # type: ignore[misc]
+    """A task whose time limits are its kind's, read from the app's configuration when it runs.
+
+    Celery's own tasks (celery.group, ...) have no kind and keep Celery's default: none.
+    """
+
+    def _limits(self) -> tuple[float, float] | tuple[None, None]:
+        table = self.app.conf.get(_CONF_KEY) or TIME_LIMITS
+        return table.get(self.name.removeprefix("fabricwatch."), (None, None))
+
+    @property
+    def soft_time_limit(self) -> float | None:  # type: ignore[override]
+        return self._limits()[0]
+
+    @property
+    def time_limit(self) -> float | None:  # type: ignore[override]
+        return self._limits()[1]
+
+
+celery_app = Celery("fabricwatch", task_cls=LimitedTask)
 
 
 def configure(app: Celery, settings: Settings) -> Celery:
@@ -30,6 +83,8 @@ def configure(app: Celery, settings: Settings) -> Celery:
         worker_prefetch_multiplier=1,
         task_ignore_result=True,
         task_default_queue=DEFAULT_QUEUE,
+        worker_pool=WORKER_POOL,
+        **{_CONF_KEY: time_limits(settings)},
         timezone="UTC",
         enable_utc=True,
         imports=("collectors.tasks", "service.telemetry.tasks", "service.notify.tasks", "service.detection.tasks"),

@@ -7,10 +7,8 @@ from service.db import get_engine
 from service.notify.outbox import deliver_due
 from service.worker import celery_app
 
-BEAT_ENTRY = {"deliver-webhooks": {"task": "fabricwatch.deliver_outbox", "schedule": 5.0}}
 
-
-@celery_app.task(name="fabricwatch.deliver_outbox", soft_time_limit=120, time_limit=150)
+@celery_app.task(name="fabricwatch.deliver_outbox")  # time limits: service/worker.py
 def deliver_outbox(limit: int = 500, budget_s: float = 60.0) -> dict[str, int]:
     """Send what is due; rows locked by another worker are skipped (FOR UPDATE SKIP LOCKED)."""
     settings = get_settings()
