@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     spool_dir: str | None = Field(default=None, description="where collections wait while the database is away")
     detect_interval_s: float = Field(default=30.0, gt=0, le=3600, description="detection cycle period")
     dispatch_interval_s: float = Field(default=1.0, gt=0, le=60)
+    task_time_limits: dict[str, tuple[float, float]] = Field(
+        default_factory=dict, description='(soft, hard) seconds per task kind over service/worker.py\'s TIME_LIMITS, '
+        'e.g. {"run_detection": [300, 360]}')
     rollup_5m_retention_days: int = Field(default=90, ge=1, le=3650, description="days of 5-minute rollups kept")
     rollup_1h_retention_days: int = Field(default=400, ge=1, le=3650, description="days of 1-hour rollups kept")
     rollup_interval_s: float = Field(default=60.0, gt=0, le=3600, description="how often rollups catch up")
