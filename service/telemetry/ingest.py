@@ -48,6 +48,7 @@ from service.telemetry.promtext import (
     CANONICAL_SERIES_RE,
     SHARED_CACHE_LIMIT,
     PromBlock,
+    PromParseError,
     PromSample,
     iter_blocks,
     parse_series,
@@ -119,6 +120,39 @@ _RESOLVE_MIN_SLOTS = 1024  # resolve new series in rounds of at least this many.
 _RESOLVE_MIN_WAITING = 16_384  # ...or once this many rows wait for them
 _SERIES_PART_ROWS = 16_384  # new series are sent to PostgreSQL in parts of this many
 
+# Imported timestamps are milliseconds since 1970, from 2000-01-01 to 2200-01-01 (excluded), the range the
+# API's time parameters take (service/api/params.py). A value outside is another unit (seconds, µs, ns), or
+# wrong: it would be stored decades away from its data and never read.
+_MIN_TS_MS, _MAX_TS_MS = 946_684_800_000, 7_258_118_400_000
+_MAX_LANES = 16  # the inventory's limit on an optic's lanes (inventory/schemas.py `Optic.lanes`)
+
+
+def timestamp_problem(ts: int) -> str:
+    """Why an imported timestamp is refused: the unit it looks like, and its date in that unit."""
+    def at(ms: float) -> str:
+        return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+    unit = "timestamps are milliseconds since 1970-01-01 UTC"
+    for factor, name, fix in ((1000, "seconds", "multiply by 1000"), (1e-3, "microseconds", "divide by 1000"),
+                              (1e-6, "nanoseconds", "divide by 1,000,000")):
+        if _MIN_TS_MS <= ts * factor < _MAX_TS_MS:
+            return f"timestamp {ts} looks like {name} ({at(ts * factor)}), not milliseconds; {unit}: {fix}"
+    try:
+        shown = f" ({at(ts)} as milliseconds)"
+    except (OverflowError, ValueError, OSError):  # beyond the year 9999
+        shown = ""
+    return f"timestamp {ts}{shown} is not from 2000 to 2200; {unit}"
+
+
+class NothingStored(PromParseError):
+    """An import whose samples were all refused: nothing was stored, and the report says why.
+    `line` is the first sample line (refused too); the message leads with the likely cause."""
+
+    def __init__(self, report: IngestReport, line: int, source: str) -> None:
+        self.report = report
+        super().__init__(line, f"nothing stored: {report.why_nothing_stored()}", source)
+        self.args = (f"{source}: {self.reason}",)  # the message: about the whole input, not its line
+
 
 @dataclass
 class IngestReport:
@@ -136,6 +170,35 @@ class IngestReport:
         return (sum(self.unknown_metrics.values()) + sum(self.unknown_devices.values())
                 + sum(self.unknown_ports.values()) + sum(self.invalid.values()) + self.skipped_nan)
 
+    @property
+    def nothing_stored(self) -> bool:
+        """Samples came and none is stored, now or before (a re-import stores nothing new, and that is fine)."""
+        return bool(self.received) and not self.written and not self.duplicates
+
+    def why_nothing_stored(self) -> str:
+        """The refusals, the most common first (the likely cause), for people."""
+        import difflib
+
+        def names(c: Counter[str], show: Callable[[str], str] = str, limit: int = 3) -> str:
+            top = [show(k) for k, _ in c.most_common(limit)]
+            return ", ".join(top) + (f" and {len(c) - limit} more" if len(c) > limit else "")
+
+        def closest(name: str) -> str:
+            near = difflib.get_close_matches(name, catalogue.METRICS, n=2, cutoff=0.6)
+            return f"{name} (closest: {' or '.join(near)})" if near else f"{name} (nothing close)"
+
+        causes = [
+            (sum(self.unknown_metrics.values()), "name metrics not in the catalogue (docs/metrics.md): "
+             + names(self.unknown_metrics, closest)),
+            (sum(self.unknown_devices.values()), "name devices not in the inventory (load it first: "
+             "fabricwatch inventory load FILE): " + names(self.unknown_devices)),
+            (sum(self.unknown_ports.values()), "name ports not in the inventory: " + names(self.unknown_ports)),
+            (sum(self.invalid.values()), "are invalid: " + names(self.invalid, limit=2)),
+            (self.skipped_nan, "have a NaN or infinite value"),
+        ]
+        found = sorted((c for c in causes if c[0]), key=lambda c: -c[0])
+        return f"all {self.received} samples were refused: " + "; ".join(f"{n} {why}" for n, why in found)
+
     def to_dict(self, limit: int = 100) -> dict[str, Any]:
         def top(c: Counter[str]) -> dict[str, int]:
             return dict(c.most_common(limit))
@@ -151,7 +214,7 @@ class IngestReport:
 @dataclass(slots=True)
 class _Resolution:
     """What resolving a round of keys found, by position: series ids (`_REJECTED` where none),
-    whether this transaction created them, and why rejected ones are: ("device" or "port", label)."""
+    whether this transaction created them, and why rejected ones are: ("device", "port" or "invalid", label)."""
 
     sids: np.ndarray
     created: np.ndarray
@@ -217,6 +280,7 @@ class _Resolver:
         self.raw = raw
         self._devices: dict[str, int] | None = None
         self._ports: dict[int, dict[str, int]] = {}
+        self._lanes: dict[int, int] = {}  # port id -> its optic's lanes (ports with an optic)
         info = raw.info
         self._known = _known_ids(f"{info.host}:{info.port}/{info.dbname}")
         self.known, self.known_texts = self._known.by_key, self._known.by_text  # emptied in place, never replaced
@@ -264,9 +328,12 @@ class _Resolver:
             if unseen:
                 for dev in unseen:
                     ports[dev] = {}
-                for dev, name, pid in cur.execute("SELECT device_id, name, id FROM ports WHERE device_id = ANY(%s)",
-                                                  [list(unseen)]):
+                for dev, name, pid, lanes in cur.execute(
+                        "SELECT p.device_id, p.name, p.id, o.lanes FROM ports p LEFT JOIN optics o ON o.port_id = p.id "
+                        "WHERE p.device_id = ANY(%s)", [list(unseen)]):
                     ports[dev][name] = pid
+                    if lanes is not None:
+                        self._lanes[pid] = lanes
             at: list[int] = []  # positions of the keys whose device (and port) exist
             rows: list[tuple[SeriesKey, int, int | None, int | None, bool]] = []
             for i, key in enumerate(keys):
@@ -279,6 +346,8 @@ class _Resolver:
                     rows.append((key, dev, None, *bits.get(i, (None, False))))
                 elif (pid := ports[dev].get(port)) is None:
                     out.rejected[i] = ("port", f"{key[1]}:{port}")
+                elif key[3] is not None and not 0 <= key[3] < self._lanes.get(pid, _MAX_LANES):
+                    out.rejected[i] = ("invalid", self._lane_problem(key, pid))
                 else:
                     at.append(i)
                     rows.append((key, dev, pid, *bits.get(i, (None, False))))
@@ -288,6 +357,14 @@ class _Resolver:
                 for i in np.flatnonzero(~out.created[at]).tolist():  # committed by someone; ours may roll back
                     _remember(self.known, rows[i][0], int(out.sids[at[i]]))
         return out
+
+    def _lane_problem(self, key: SeriesKey, pid: int) -> str:
+        """Why a lane is refused: detection reads only the lanes the port's module has."""
+        lanes = self._lanes.get(pid)
+        where = f"{key[1]}:{key[2]} lane {key[3]}"
+        if lanes is None:
+            return f"{where}: lanes are 0-{_MAX_LANES - 1} (the port has no optic in the inventory)"
+        return f"{where}: the port's optic has {lanes} lane{'s' if lanes > 1 else ''} (0-{lanes - 1})"
 
     @staticmethod
     def _lock_parents(cur: psycopg.Cursor[Any], devices: set[int], ports: set[int]) -> None:
@@ -383,6 +460,7 @@ class Ingestor:
         self._stream_texts: list[str] | None = None
         self._stream_slots = np.empty(0, np.int64)
         self._stream_refused: dict[int, str] = {}
+        self._source = "body"  # the exposition's name in errors (`add_prom_blocks`)
 
     # -- adding -----------------------------------------------------------------------
     def add(self, s: Sample) -> None:
@@ -399,6 +477,8 @@ class Ingestor:
     def add_prom_sample(self, sample: PromSample, default_ts_ms: int) -> None:
         """Add one parsed exposition line; entity labels name the series, others are ignored."""
         series, parsed, value, ts_ms, lineno = sample
+        if ts_ms is not None and not _MIN_TS_MS <= ts_ms < _MAX_TS_MS:
+            raise PromParseError(lineno, timestamp_problem(ts_ms), self._source)
         index = self._text_slots([series], [(parsed.name, parsed.labels)])[0]
         if isinstance(index, str):
             self.report.received += 1
@@ -409,21 +489,29 @@ class Ingestor:
     def import_exposition(self, chunks: Iterable[bytes], source: str, default_ts_ms: int,
                           on_progress: Callable[[int], None] | None = None) -> IngestReport:
         """Store exposition text (UTF-8 bytes, in chunks of any size); the caller commits. A malformed
-        line raises PromParseError, and the caller's rollback then leaves nothing written."""
-        self.add_prom_blocks(iter_blocks(chunks, source), default_ts_ms, on_progress)
-        return self.finish()
+        line, or a timestamp in another unit than milliseconds, raises PromParseError; samples that
+        were all refused (none stored now or before) raise NothingStored. The caller's rollback then
+        leaves nothing written."""
+        first = self.add_prom_blocks(iter_blocks(chunks, source), default_ts_ms, on_progress, source=source)
+        report = self.finish()
+        if report.nothing_stored:
+            raise NothingStored(report, first, source)
+        return report
 
     def add_prom_blocks(self, items: Iterable[PromBlock | PromSample], default_ts_ms: int,
-                        on_progress: Callable[[int], None] | None = None) -> None:
-        """Add parsed exposition (`promtext.iter_blocks`), storing it while the stream is still parsed.
+                        on_progress: Callable[[int], None] | None = None, *, source: str = "body") -> int:
+        """Add parsed exposition (`promtext.iter_blocks`), storing it while the stream is still parsed;
+        the number of its first sample line (0 if none).
 
         The COPY into `samples` stays open and new series resolve on a worker thread for the
         duration of this call; both are closed (or aborted, on any error) before it returns.
         """
-        self._streaming = True
-        lines = 0
+        self._streaming, self._source = True, source
+        lines = first = 0
         try:
             for item in items:
+                if not first:
+                    first = item.first_line if isinstance(item, PromBlock) else item[4]
                 if isinstance(item, PromBlock):
                     self._add_block(item)
                     lines = item.first_line + len(item.codes) - 1
@@ -445,11 +533,17 @@ class Ingestor:
             if self._worker is not None:
                 self._worker.shutdown(wait=True)
                 self._worker = None
+        return first
 
     def _add_block(self, block: PromBlock) -> None:
+        ts_ms = block.ts_ms
+        lo, hi = int(ts_ms.min()), int(ts_ms.max())
+        if lo < _MIN_TS_MS or hi >= _MAX_TS_MS:  # a file in seconds (or µs, ns): refused, not stored in 1970
+            at = int(np.argmax((ts_ms < _MIN_TS_MS) | (ts_ms >= _MAX_TS_MS)))
+            raise PromParseError(block.first_line + at, timestamp_problem(int(ts_ms[at])), self._source)
         # partitions first: while a round of new series (started below) holds the connection they
         # could not be created without waiting for it
-        self._ensure_partitions(block.ts_ms)
+        self._ensure_partitions(ts_ms, lo, hi)
         if block.texts is not self._stream_texts:  # a new stream
             self._stream_texts, self._stream_slots, self._stream_refused = block.texts, np.empty(0, np.int64), {}
         if len(block.texts) > len(self._stream_slots):
@@ -636,11 +730,13 @@ class Ingestor:
         if len(self._staged) >= self.batch_rows * ROW_BYTES:
             self._move_staged()
 
-    def _ensure_partitions(self, ts_ms: np.ndarray) -> None:
-        """Make sure the day partitions of these timestamps exist."""
+    def _ensure_partitions(self, ts_ms: np.ndarray, lo: int | None = None, hi: int | None = None) -> None:
+        """Make sure the day partitions of these timestamps exist (`lo`, `hi`: their bounds, if known)."""
         if not len(ts_ms):
             return
-        first, last = int(ts_ms.min()) // _DAY_MS, int(ts_ms.max()) // _DAY_MS
+        if lo is None or hi is None:
+            lo, hi = int(ts_ms.min()), int(ts_ms.max())
+        first, last = lo // _DAY_MS, hi // _DAY_MS
         if first == last and first in self._days:
             return
         days = set(np.unique(ts_ms // _DAY_MS).tolist()) - self._days
@@ -694,8 +790,9 @@ class Ingestor:
         index = np.array(slots, np.int64)
         self._sid[index], self._created[index] = found.sids, found.created
         r = self.report
-        for j, (unknown, label) in found.rejected.items():
-            self._rejections[slots[j]] = (r.unknown_devices if unknown == "device" else r.unknown_ports, label)
+        buckets = {"device": r.unknown_devices, "port": r.unknown_ports, "invalid": r.invalid}
+        for j, (why, label) in found.rejected.items():
+            self._rejections[slots[j]] = (buckets[why], label)
 
     # -- writing ----------------------------------------------------------------------
     def _free_connection(self) -> None:

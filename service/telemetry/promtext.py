@@ -45,7 +45,8 @@ SHARED_CACHE_LIMIT = 500_000
 
 
 class PromParseError(ValueError):
-    """A malformed line. `line` is 1-based; the message names the line and the reason."""
+    """A malformed or refused line (ingest also refuses timestamps that are not in milliseconds).
+    `line` is 1-based; the message names the line and the reason."""
 
     def __init__(self, line: int, reason: str, source: str = "body") -> None:
         self.line, self.reason, self.source = line, reason, source

@@ -14,7 +14,7 @@ from service.config import get_settings
 from service.observability import INGEST_ERRORS, INGESTED_ROWS
 from service.telemetry import catalogue
 from service.telemetry.counters import rates
-from service.telemetry.ingest import Ingestor, IngestReport
+from service.telemetry.ingest import Ingestor, IngestReport, NothingStored
 from service.telemetry.promtext import PromParseError
 from service.telemetry.rollups import L1H, L5M, LEVELS, Level, floor_to, read_rollup, watermark
 from service.telemetry.samples import Sample
@@ -30,13 +30,17 @@ def import_prometheus(
     on_progress: Callable[[int], None] | None = None,
 ) -> IngestReport:
     """Import exposition text (UTF-8 bytes, in chunks of any size) in one transaction; a malformed
-    line raises PromParseError and writes nothing. `on_progress` gets the lines read so far."""
+    line (or a timestamp not in ms) raises PromParseError and writes nothing, as do samples that are all
+    refused (NothingStored, a PromParseError whose report says why). `on_progress` gets the lines read so far."""
     default_ts = default_ts_ms if default_ts_ms is not None else int(time.time() * 1000)
     try:
         with engine.begin() as conn:
             # Rows are stored while the lines are still being parsed; a PromParseError (or
             # any error) aborts that and rolls back the whole transaction.
             report = Ingestor(conn, batch_rows=batch_rows).import_exposition(chunks, source, default_ts, on_progress)
+    except NothingStored:
+        INGEST_ERRORS.labels(reason="nothing_stored").inc()
+        raise
     except PromParseError:
         INGEST_ERRORS.labels(reason="parse").inc()
         raise

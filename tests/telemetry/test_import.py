@@ -472,11 +472,11 @@ def test_pushes_follow_the_inventory_after_a_device_is_removed_and_added_again(c
     """Series ids are cached per process between pushes; a cached id whose series was deleted is not used."""
     (host,) = add_hosts(db, 1, ports=2, prefix="cache")
 
-    def push(t: int) -> dict:
+    def push(t: int, status: int = 200) -> dict:
         body = "\n".join(f'port_rx_bytes_total{{device="{host}",port="eth{p}"}} {1000 * t} {T0 + t * STEP}'
                          for p in range(2))
         r = client.post("/api/v1/import/prometheus", content=body)
-        assert r.status_code == 200, r.text
+        assert r.status_code == status, r.text
         return r.json()
 
     def stored() -> dict[int, int]:
@@ -498,8 +498,92 @@ def test_pushes_follow_the_inventory_after_a_device_is_removed_and_added_again(c
     assert report["written"] == 1 and report["unknown_ports"] == {f"{host}:eth1": 1}
     with db.begin() as conn:  # the device leaves the inventory (its series cascade), then comes back
         conn.execute(text("DELETE FROM devices WHERE name = :h"), {"h": host})
-    assert push(5)["unknown_devices"] == {host: 2}  # rejections are never cached
+    # rejections are never cached; a push that stores nothing says so
+    assert f"2 name devices not in the inventory (load it first: fabricwatch inventory load FILE): {host}" in \
+        push(5, 400)["reason"]
     add_hosts(db, 1, ports=2, prefix="cache")
     assert push(6)["written"] == 2
     after = stored()
     assert sorted(after.values()) == [1, 1] and not set(after) & set(before)  # new series, rows under them
+
+
+@pytest.mark.parametrize(("ts", "says"), [
+    (1_764_500_300, "looks like seconds (2025-11-30T10:58:20Z), not milliseconds"),
+    (1_764_500_300_000_000, "looks like microseconds (2025-11-30T10:58:20Z)"),
+    (1_764_500_300_000_000_000, "looks like nanoseconds (2025-11-30T10:58:20Z)"),
+    (5, "(1970-01-01T00:00:00Z as milliseconds) is not from 2000 to 2200"),
+    (-1, "is not from 2000 to 2200"),
+    (7_258_118_400_000, "(2200-01-01T00:00:00Z as milliseconds) is not from 2000 to 2200"),
+])
+@pytest.mark.parametrize("path", ["columns", "lines"])
+def test_a_timestamp_in_another_unit_is_refused_with_its_line(client: TestClient, db: Engine, ts: int, says: str,
+                                                              path: str) -> None:
+    """Timestamps are milliseconds from 2000 to 2200 (as the API's time parameters): one in seconds (or µs,
+    ns) would be stored in 1970 (or far in the future). The import is refused, naming the line, the value
+    and the unit it looks like. A comment line sends the block through the line parser instead of the
+    column reader; both refuse alike."""
+    add_hosts(db, 1)
+    key = 'port_tx_bytes_total{device="h-000",port="eth1"}'
+    lines = [f"{key} {i} {T0 + i * STEP}" for i in range(300)] + [f"{key} 300 {ts}"]
+    if path == "lines":
+        lines.insert(0, "# TYPE port_tx_bytes_total counter")
+    r = client.post("/api/v1/import/prometheus", content="\n".join(lines))
+    assert r.status_code == 400, r.text
+    problem = r.json()
+    assert problem["line"] == len(lines) and f"timestamp {ts} " in problem["reason"] and says in problem["reason"]
+    assert _count(db, "samples") == 0 and _count(db, "series") == 0
+
+
+def test_lanes_beyond_the_optic_are_refused_and_counted(client: TestClient, db: Engine) -> None:
+    """A lane the port's module does not have would be stored and then never read by detection: it is
+    refused and counted under `invalid`, with the reason. Ports without an optic in the inventory take
+    lanes 0-15 (the inventory's limit)."""
+    add_hosts(db, 1)
+    with db.begin() as conn:
+        conn.execute(text("INSERT INTO optics (port_id, lanes, thresholds) SELECT id, 4, '{}' FROM ports "
+                          "WHERE name = 'eth0'"))
+    rx = 'optic_rx_power_dbm{{device="h-000",port="{}",lane="{}"}} -2.5 {}'
+    body = [rx.format(port, lane, T0 + t * STEP) for t in range(3) for port, lane in
+            [("eth0", 0), ("eth0", 3), ("eth0", 4), ("eth0", 9), ("eth1", 9), ("eth1", 16)]]
+    body.append(rx.format("eth0", -1, T0))
+    r = client.post("/api/v1/import/prometheus", content="\n".join(body))
+    assert r.status_code == 200, r.text
+    report = r.json()
+    assert report["written"] == 9 and report["rejected"] == 10
+    assert report["invalid"] == {
+        "h-000:eth0 lane 4: the port's optic has 4 lanes (0-3)": 3,
+        "h-000:eth0 lane 9: the port's optic has 4 lanes (0-3)": 3,
+        "h-000:eth1 lane 16: lanes are 0-15 (the port has no optic in the inventory)": 3,
+        "h-000:eth0 lane -1: the port's optic has 4 lanes (0-3)": 1,
+    }
+    with db.connect() as conn:
+        stored = conn.execute(text("SELECT p.name, s.lane FROM series s JOIN ports p ON p.id = s.port_id "
+                                   "ORDER BY 1, 2")).all()
+    assert [tuple(r) for r in stored] == [("eth0", 0), ("eth0", 3), ("eth1", 9)]
+
+
+def test_an_import_that_stores_nothing_is_refused_with_the_likely_cause(client: TestClient, db: Engine) -> None:
+    """Samples that are all refused (here: names not in the catalogue) are an error, not a 200 with
+    "written": 0; the answer names the closest catalogue names. A re-import (all duplicates) and an
+    empty push are not errors: the data is stored, or there was none."""
+    add_hosts(db, 1)
+    body = "\n".join([f'port_rx_bytes{{device="h-000",port="eth0"}} {i} {T0 + i * STEP}' for i in range(5)]
+                     + [f'ifHCInOctets{{device="h-000",port="eth0"}} 1 {T0}'])
+    r = client.post("/api/v1/import/prometheus", content="# from a vendor exporter\n" + body)
+    assert r.status_code == 400, r.text
+    problem = r.json()
+    assert problem["line"] == 2  # the first sample line
+    assert problem["reason"].startswith("nothing stored: all 6 samples were refused: 6 name metrics not in the "
+                                        "catalogue")
+    assert "port_rx_bytes (closest: port_rx_bytes_total or port_tx_bytes_total)" in problem["detail"]
+    assert "ifHCInOctets (nothing close)" in problem["detail"]
+    assert _count(db, "series") == 0
+    r = client.post("/api/v1/import/prometheus", content=f'optic_rx_power_dbm{{device="ghost",port="eth0",'
+                                                         f'lane="0"}} -1 {T0}')
+    assert r.status_code == 400 and "1 name devices not in the inventory" in r.json()["reason"]
+    assert "ghost" in r.json()["reason"]
+    good = f'port_rx_bytes_total{{device="h-000",port="eth0"}} 1 {T0}'
+    assert client.post("/api/v1/import/prometheus", content=good).json()["written"] == 1
+    again = client.post("/api/v1/import/prometheus", content=good)
+    assert again.status_code == 200 and again.json()["duplicates"] == 1
+    assert client.post("/api/v1/import/prometheus", content="").status_code == 200
