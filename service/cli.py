@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import click
 import typer
@@ -85,6 +85,25 @@ def database_url_or_exit(settings: Settings) -> str:
                       "start the embedded database)")
         raise typer.Exit(2)
     return settings.database_url
+
+
+@contextlib.contextmanager
+def database_errors() -> Iterator[None]:
+    """A database that cannot be reached (no server, no such role or database) as one line and exit 1,
+    not a traceback."""
+    import psycopg
+    from sqlalchemy.exc import OperationalError
+
+    from service.migrate import DatabaseUnavailable, one_line
+
+    try:
+        yield
+    except DatabaseUnavailable as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    except (OperationalError, psycopg.OperationalError) as exc:
+        console.print(f"[red]error:[/red] database: {one_line(exc)}")
+        raise typer.Exit(1) from None
 
 
 @contextlib.contextmanager
@@ -291,7 +310,7 @@ def token_create(
     from service.auth.service import create_token
     from service.db import get_engine
 
-    with get_engine(database_url_or_exit(settings_or_exit())).begin() as conn:
+    with database_errors(), get_engine(database_url_or_exit(settings_or_exit())).begin() as conn:
         try:
             token = create_token(conn, name=name, scopes=scope)
         except ValueError as exc:
@@ -306,18 +325,21 @@ def token_revoke(name: Annotated[str, typer.Option(help="Revoke every token with
     from service.auth.service import revoke_token
     from service.db import get_engine
 
-    with get_engine(database_url_or_exit(settings_or_exit())).begin() as conn:
+    with database_errors(), get_engine(database_url_or_exit(settings_or_exit())).begin() as conn:
         console.print(f"revoked {revoke_token(conn, name=name)} token(s)")
 
 
 @db_app.command("upgrade")
 def db_upgrade(revision: str = "heads") -> None:
-    """Bring the configured database to the latest schema."""
-    from service.migrate import current, upgrade
+    """Bring the configured database to the latest schema, creating the database if it does not exist."""
+    from service.migrate import create_database_if_missing, current, upgrade
 
     url = database_url_or_exit(settings_or_exit())
-    upgrade(url, revision)
-    console.print(f"database at revision {current(url)}")
+    with database_errors():
+        if created := create_database_if_missing(url):
+            console.print(f"created database {created}")
+        upgrade(url, revision)
+        console.print(f"database at revision {current(url)}")
 
 
 @db_app.command("downgrade")
@@ -326,8 +348,9 @@ def db_downgrade(revision: Annotated[str, typer.Argument(help="Target revision, 
     from service.migrate import current, downgrade
 
     url = database_url_or_exit(settings_or_exit())
-    downgrade(url, revision)
-    console.print(f"database at revision {current(url)}")
+    with database_errors():
+        downgrade(url, revision)
+        console.print(f"database at revision {current(url)}")
 
 
 @db_app.command("current")
@@ -335,14 +358,16 @@ def db_current() -> None:
     """Print the schema revision of the configured database."""
     from service.migrate import current
 
-    print(current(database_url_or_exit(settings_or_exit())) or "empty")
+    url = database_url_or_exit(settings_or_exit())
+    with database_errors():
+        print(current(url) or "empty")
 
 
 @app.command("import")
 def import_file(
-    path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
+    path: Annotated[str, typer.Argument(metavar="FILE", help="Prometheus text file, or - for standard input.")],
 ) -> None:
-    """Import a Prometheus text file (timestamps in ms), streamed, in one transaction."""
+    """Import Prometheus text (timestamps in ms; docs/import.md), streamed, in one transaction."""
     # A one-shot import allocates millions of short-lived objects and no cycles worth collecting;
     # the collector's scans would cost about a tenth of the run.
     gc.disable()
@@ -354,37 +379,57 @@ def import_file(
 
     import psycopg
 
-    from service.telemetry.ingest import Ingestor
+    from service.telemetry.ingest import Ingestor, NothingStored
     from service.telemetry.promtext import PromParseError
 
+    source = "stdin" if path == "-" else path
+    if path == "-":
+        raw, size = sys.stdin.buffer, None
+    else:
+        try:
+            raw, size = open(path, "rb"), Path(path).stat().st_size  # noqa: SIM115 - closed below
+        except OSError as exc:
+            console.print(f"[red]error:[/red] {path}: {exc.strerror}")
+            raise typer.Exit(2) from None
     settings = settings_or_exit()
     # plain psycopg: this command does not load SQLAlchemy, a good part of a short import's run
     url = database_url_or_exit(settings).replace("postgresql+psycopg://", "postgresql://", 1)
-    size = path.stat().st_size
+
+    def fail(message: str) -> NoReturn:
+        console.print(f"[red]error:[/red] {message}; nothing was written")
+        raise typer.Exit(1)
+
     with Progress(TextColumn("importing"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                  console=console, transient=True) as progress, path.open("rb") as raw:
+                  console=console, transient=True) as progress, raw:
         task = progress.add_task("import", total=size)
+        read = 0
 
         def chunks() -> Iterator[bytes]:
+            nonlocal read
             while chunk := raw.read(4 << 20):
-                progress.update(task, completed=raw.tell())
+                read += len(chunk)
+                progress.update(task, completed=read)
                 yield chunk
 
         try:
             with psycopg.connect(url) as conn:  # commits on leaving, rolls back on an error
                 report = Ingestor(conn, batch_rows=settings.ingest_batch_rows).import_exposition(
-                    chunks(), str(path), int(time.time() * 1000))
+                    chunks(), source, int(time.time() * 1000))
+                if not report.received:  # a converter that wrote nothing, say; leaving rolls back
+                    fail(f"{source}: no sample lines")
+        except NothingStored as exc:
+            print(json.dumps(exc.report.to_dict(), indent=2))
+            fail(str(exc))
         except PromParseError as exc:
-            console.print(f"[red]error:[/red] {exc}; nothing was written")
-            raise typer.Exit(1) from None
+            fail(str(exc))
         except UnicodeDecodeError as exc:
-            console.print(f"[red]error:[/red] {path}: not UTF-8 ({exc.reason}); nothing was written")
-            raise typer.Exit(1) from None
+            fail(f"{source}: not UTF-8 ({exc.reason})")
         except psycopg.OperationalError as exc:
-            console.print(f"[red]error:[/red] database: {' '.join(str(exc).split())}; nothing was written")
-            raise typer.Exit(1) from None
+            fail(f"database: {' '.join(str(exc).split())}")
     print(json.dumps(report.to_dict(), indent=2))
-    if report.rejected:
+    if not report.written:
+        console.print(f"all {report.duplicates} samples were stored before; nothing new")
+    elif report.rejected:
         console.print(f"[yellow]{report.rejected} samples were not stored; see the report above[/yellow]")
     # Committed and reported: leave without the interpreter's teardown, which after a large import
     # spends a noticeable part of the run freeing objects one by one.

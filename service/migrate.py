@@ -18,6 +18,53 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
+class DatabaseUnavailable(Exception):
+    """The database cannot be reached, or is missing and cannot be created; the message is one line."""
+
+
+def one_line(exc: BaseException) -> str:
+    """A driver's connection error as one line: libpq's own words, without its prefixes and line breaks."""
+    text = " ".join(str(getattr(exc, "orig", None) or exc).split()).removeprefix("connection failed: ")
+    return text.split("FATAL: ", 1)[-1]
+
+
+def create_database_if_missing(url: str) -> str | None:
+    """Create the URL's database, as `createdb` would (owned by the URL's role), if the server answers
+    and it does not exist; its name if it was created. DatabaseUnavailable, in one line, when the server
+    cannot be reached, the role is refused, or the role may not create databases."""
+    import psycopg
+    from psycopg import sql
+    from sqlalchemy import make_url
+
+    u = make_url(normalize_url(url)).set(drivername="postgresql")
+    shown = u.render_as_string(hide_password=True)
+    try:
+        psycopg.connect(u.render_as_string(hide_password=False), connect_timeout=10).close()
+        return None
+    except psycopg.OperationalError as exc:
+        refused = exc
+    for maintenance in ("postgres", "template1") if u.database else ():
+        try:
+            admin = psycopg.connect(u.set(database=maintenance).render_as_string(hide_password=False),
+                                    autocommit=True, connect_timeout=10)
+        except psycopg.OperationalError:
+            continue  # the same refusal (no such role, no server), or no such maintenance database
+        with admin:
+            if admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [u.database]).fetchone():
+                break  # it exists: the first refusal is the one to tell
+            try:
+                admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(u.database)))
+            except psycopg.errors.DuplicateDatabase:
+                return None  # created meanwhile by another process
+            except psycopg.Error as exc:
+                raise DatabaseUnavailable(
+                    f"database {u.database!r} does not exist and role {u.username or admin.info.user!r} cannot "
+                    f"create it ({one_line(exc)}); as an administrator: createdb -O {admin.info.user} {u.database}"
+                ) from None
+            return u.database
+    raise DatabaseUnavailable(f"cannot connect to {shown}: {one_line(refused)}")
+
+
 def upgrade(url: str, revision: str = "heads") -> None:
     command.upgrade(alembic_config(url), revision)
 

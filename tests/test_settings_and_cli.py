@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
-from sqlalchemy import Engine, text
+import psycopg
+from sqlalchemy import Engine, make_url, text
 
+from service.db import normalize_url
 from tests.factories import add_hosts
 from tests.paths import REPO
 
@@ -78,3 +83,87 @@ def test_command_sets_load_only_when_named() -> None:
         assert f" {name} " in done.stdout, name
     done = _cli("inventory", "validate", str(REPO / "examples/inventory/small-fabric.yaml"))
     assert done.returncode == 0, done.stderr
+
+
+def _stdin_cli(args: list[str], data: bytes, url: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "service.cli", *args], input=data, capture_output=True, cwd=REPO,
+                          env={**os.environ, "FABRICWATCH_DATABASE_URL": url}, timeout=120)
+
+
+def test_import_reads_standard_input_and_says_when_nothing_is_stored(db: Engine, db_url: str,
+                                                                      tmp_path: Path) -> None:
+    """`import -` reads a converter's output without a file; an import that stores nothing (names not in
+    the catalogue, timestamps in seconds, no lines at all) exits 1 and says the likely cause."""
+    add_hosts(db, 1)
+    good = "".join(f'port_rx_bytes_total{{device="h-000",port="eth0"}} {i} {1_764_500_000_000 + i * 10_000}\n'
+                   for i in range(100)).encode()
+    done = _stdin_cli(["import", "-"], good, db_url)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["written"] == 100
+    again = _stdin_cli(["import", "-"], good, db_url)  # a re-import stores nothing new, and that is fine
+    assert again.returncode == 0 and b"all 100 samples were stored before; nothing new" in again.stderr
+
+    vendor = tmp_path / "vendor.prom"
+    vendor.write_bytes(good.replace(b"port_rx_bytes_total", b"port_rx_bytes"))
+    done = _cli("import", str(vendor), env={"FABRICWATCH_DATABASE_URL": db_url})
+    assert done.returncode == 1
+    error = " ".join(done.stderr.split())
+    assert f"{vendor}: nothing stored: all 100 samples were refused: 100 name metrics not in the catalogue" in error
+    assert "port_rx_bytes (closest: port_rx_bytes_total or port_tx_bytes_total)" in error
+    assert "nothing was written" in error
+    assert json.loads(done.stdout)["unknown_metrics"] == {"port_rx_bytes": 100}
+
+    seconds = good.replace(b"1764500000000\n", b"1764500000\n")  # the first line's timestamp in seconds
+    done = _stdin_cli(["import", "-"], seconds, db_url)
+    assert done.returncode == 1
+    assert ("stdin:1: timestamp 1764500000 looks like seconds (2025-11-30T10:53:20Z), not milliseconds"
+            in " ".join(done.stderr.decode().split()))
+
+    done = _stdin_cli(["import", "-"], b"# only a comment\n", db_url)
+    assert done.returncode == 1 and b"stdin: no sample lines; nothing was written" in done.stderr
+    done = _cli("import", str(tmp_path / "missing.prom"), env={"FABRICWATCH_DATABASE_URL": db_url})
+    assert done.returncode == 2 and "missing.prom: No such file or directory" in done.stderr
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM samples")).scalar_one() == 100
+
+
+def _one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def test_db_upgrade_creates_a_missing_database_or_says_in_one_line_why_not(server_url: str) -> None:
+    server = make_url(normalize_url(server_url))
+    admin = server.set(drivername="postgresql", database="postgres").render_as_string(hide_password=False)
+    name, role = f"fw_new_{uuid.uuid4().hex[:8]}", f"fw_nocreate_{uuid.uuid4().hex[:8]}"
+    url = server.set(database=name).render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN NOCREATEDB')
+    try:
+        done = _cli("db", "upgrade", env={"FABRICWATCH_DATABASE_URL": url})
+        assert done.returncode == 0, done.stderr
+        assert f"created database {name}" in done.stderr and "database at revision" in done.stderr
+        again = _cli("db", "upgrade", env={"FABRICWATCH_DATABASE_URL": url})
+        assert again.returncode == 0 and "created" not in again.stderr
+
+        nobody = server.set(username=f"{role}_x", database="fabricwatch").render_as_string(hide_password=False)
+        line = _one_error_line(_cli("db", "upgrade", env={"FABRICWATCH_DATABASE_URL": nobody}))
+        assert f'role "{role}_x" does not exist' in line and line.startswith("error: cannot connect to")
+
+        weak = server.set(username=role, database=f"{name}_2").render_as_string(hide_password=False)
+        line = _one_error_line(_cli("db", "upgrade", env={"FABRICWATCH_DATABASE_URL": weak}))
+        assert f"database '{name}_2' does not exist and role '{role}' cannot create it" in line
+        assert f"createdb -O {role} {name}_2" in line
+
+        with socket.socket() as s:  # a port nobody listens on
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        closed = f"postgresql://postgres@127.0.0.1:{port}/fabricwatch"
+        for args in (["db", "upgrade"], ["db", "current"]):
+            line = _one_error_line(_cli(*args, env={"FABRICWATCH_DATABASE_URL": closed}))
+            assert f"port {port} failed: Connection refused" in line, args
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')
