@@ -10,13 +10,18 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections import Counter
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 if TYPE_CHECKING:
+    from rich.console import RenderableType
     from sqlalchemy import Engine
+
+    from service.pipeline import CycleOutcome
 
 app = typer.Typer(help="Detection: one live cycle, or a replay of stored history.", no_args_is_help=True)
 
@@ -81,17 +86,24 @@ def detect_command(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
     """Run one live cycle at data time T: new samples only, then alerts and drain recommendations."""
+    from service.cli import console, database_errors
+    from service.detection.service import iso_time
     from service.pipeline import run_cycle
 
+    at_ms = parse_time_ms(at)
     try:
-        outcome = run_cycle(_engine(), parse_time_ms(at), name=name)
+        with database_errors():
+            outcome = run_cycle(_engine(), at_ms, name=name)
     except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     _print(outcome.findings, as_json)
     _print_changes([outcome], as_json)
+    changes = outcome.changes
+    console.print(f"cycle at {iso_time(at_ms)}: {len(outcome.findings)} findings; alerts: {len(changes.opened)} "
+                  f"opened, {len(changes.reopened)} reopened, {len(changes.resolved)} resolved")
     if outcome.drains:
-        typer.echo(f"drain recommendations: {outcome.drains}", err=True)
+        console.print(f"drain recommendations: {outcome.drains}")
 
 
 @app.command("backtest")
@@ -104,14 +116,69 @@ def backtest_command(
 ) -> None:
     """Replay stored history from a fresh state: the alert changes live detection would have made.
 
-    Nothing is written and nobody is notified (the alert tables are shadowed for the replay).
+    Nothing is written and nobody is notified (the alert tables are shadowed for the replay). The
+    changes go to standard output; a progress bar and a closing summary (cycles, findings, alerts
+    opened and resolved, by cause) to standard error.
     """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from service.cli import console, database_errors
     from service.pipeline import replay_alerts
 
     a, b = parse_time_ms(from_), parse_time_ms(to)
     if b < a:
         raise typer.BadParameter("--to is before --from")
-    outcomes = replay_alerts(_engine(), a, b, parse_step_ms(step))
+    step_ms = parse_step_ms(step)
+    tally = _Tally()
+    with database_errors(), Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(),
+                                     TimeRemainingColumn(), console=console, transient=True) as progress:
+        task = progress.add_task("backtest", total=(b - a) // step_ms + 1)
+
+        def on_cycle(outcome: CycleOutcome) -> None:
+            tally.add(outcome)
+            progress.advance(task)
+
+        outcomes = replay_alerts(_engine(), a, b, step_ms, on_cycle=on_cycle)
     if findings:
         _print([f for o in outcomes for f in o.findings], as_json)
     _print_changes(outcomes, as_json)
+    console.print(tally.summary(a, b, step))
+
+
+@dataclass
+class _Tally:
+    """What a backtest did, by cause: findings, and the alerts opened, reopened and resolved."""
+
+    cycles: int = 0
+    findings: int = 0
+    cause_of: dict[str, str] = field(default_factory=dict)  # alert fingerprint -> cause of its findings
+    by_cause: dict[str, Counter[str]] = field(default_factory=dict)  # cause -> counts ("findings", events)
+    events: Counter[str] = field(default_factory=Counter)
+
+    def add(self, outcome: CycleOutcome) -> None:
+        self.cycles += 1
+        self.findings += len(outcome.findings)
+        for f in outcome.findings:
+            self.cause_of[f.fingerprint] = str(f.cause)
+            self.by_cause.setdefault(str(f.cause), Counter())["findings"] += 1
+        for c in outcome.changes.changes:
+            self.events[c.event] += 1
+            self.by_cause.setdefault(self.cause_of.get(c.fingerprint, "?"), Counter())[c.event] += 1
+
+    def summary(self, from_ms: int, to_ms: int, step: str) -> RenderableType:
+        from rich.console import Group
+        from rich.table import Table
+
+        e = self.events
+        from service.detection.service import iso_time
+
+        head = (f"backtest {iso_time(from_ms)} .. {iso_time(to_ms)} every {step}: {self.cycles} cycles, "
+                f"{self.findings} findings; alerts: {e['opened']} opened, {e['reopened']} reopened, "
+                f"{e['resolved']} resolved")
+        if not self.by_cause:
+            return head
+        table = Table("cause", "findings", "opened", "reopened", "resolved", box=None)
+        for cause, n in sorted(self.by_cause.items(), key=lambda kv: (-kv[1]["opened"], -kv[1]["findings"])):
+            table.add_row(cause, *(str(n[k]) for k in ("findings", "opened", "reopened", "resolved")))
+        return Group(head, table)
+

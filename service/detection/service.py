@@ -144,6 +144,11 @@ def _dt(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000.0, tz=UTC)
 
 
+def iso_time(ms: int) -> str:
+    """A data time for people: 2026-11-30T12:00:00Z (with milliseconds only when it has some)."""
+    return _dt(ms).isoformat(timespec="milliseconds" if ms % 1000 else "seconds").replace("+00:00", "Z")
+
+
 def read_samples(conn: Connection, fabric: Fabric, sx: SeriesIndex, lo_ms: int, hi_ms: int
                  ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], SeriesIndex]:
     """Samples with ts in (lo, hi] for the metrics detection uses, grouped per metric."""
@@ -219,7 +224,7 @@ def detect_at(engine: Engine, at_ms: int, *, name: str = "default", config: Conf
         if st is None:
             st = FeatureState(fabric, config)
         if st.last_cycle_ms is not None and at_ms <= st.last_cycle_ms:
-            raise ValueError(f"cycle at {at_ms} is not after the last cycle ({st.last_cycle_ms})")
+            raise ValueError(f"cycle at {iso_time(at_ms)} is not after the last cycle at {iso_time(st.last_cycle_ms)}")
         sx = load_series(conn, fabric)
         _apply_meta(st, sx)
         eng = DetectionEngine(load_models(conn))
