@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.filesize import decimal
 
-from simulator.generate import generate
+from simulator.generate import GenerationDeclined, SizeEstimate, generate
 from simulator.scenarios import ScenarioError
 from simulator.topology import TopologyParams, build_topology_dict, write_inventory
 
 app = typer.Typer(help="Simulated GPU fabrics: topologies and fault scenarios.", no_args_is_help=True)
-console = Console()
+console = Console(soft_wrap=True)  # an error stays one line
 
 
 @app.command()
@@ -68,6 +71,14 @@ def topology(
                   + f"; {len(inv['links'])} links; {hosts * gpus_per_host} GPUs")
 
 
+# Above this, `generate` asks before writing (or, not on a terminal, wants --yes).
+CONFIRM_ABOVE_BYTES = 1_000_000_000
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty()
+
+
 @app.command("generate")
 def generate_cmd(
     scenario: Annotated[Path, typer.Option("--scenario", "-s", help="scenario YAML file")],
@@ -78,10 +89,35 @@ def generate_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="output directory")] = Path("sim-out"),
     gz: Annotated[bool, typer.Option("--gzip", help="write metrics.prom.gz")] = False,
     group: Annotated[list[str] | None, typer.Option(help="only these metric groups (repeatable)")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="write without asking, however large")] = False,
 ) -> None:
-    """Generate a scenario's telemetry (Prometheus text), inventory and ground truth."""
+    """Generate a scenario's telemetry (Prometheus text), inventory and ground truth.
+
+    It says how much it will write first; above 1 GB it asks (or, not on a terminal, wants --yes)."""
+
+    def confirm(e: SizeEstimate) -> bool:
+        other = f"; about {decimal(e.gzip_bytes)} with --gzip" if not e.gzipped else ""
+        console.print(f"about {decimal(e.bytes)} to write: {e.samples:,} samples over {e.steps:,} steps{other}")
+        parent = next(p for p in (e.out_dir, *e.out_dir.parents) if p.exists())
+        free = shutil.disk_usage(parent).free
+        if e.bytes > free:
+            console.print(f"[red]error:[/red] {parent} has {decimal(free)} free; a shorter --to, a longer --step, "
+                          "--gzip or fewer --group would write less")
+            raise typer.Exit(2)
+        if e.bytes < CONFIRM_ABOVE_BYTES or yes:
+            return True
+        if not _interactive():
+            console.print(f"[red]error:[/red] over {decimal(CONFIRM_ABOVE_BYTES)}: pass --yes to write it (or a "
+                          "shorter --to, a longer --step, --gzip or fewer --group)")
+            raise typer.Exit(2)
+        return typer.confirm("write it?", default=False)
+
     try:
-        r = generate(scenario, start, end, step, out, compress_gz=gz, groups=set(group) if group else None)
+        r = generate(scenario, start, end, step, out, compress_gz=gz, groups=set(group) if group else None,
+                     confirm=confirm)
+    except GenerationDeclined:
+        console.print("nothing written")
+        raise typer.Exit(1) from None
     except ScenarioError as exc:
         console.print(f"[red]scenario error:[/red] {exc}")
         raise typer.Exit(2) from None

@@ -10,8 +10,11 @@ gauges are printed with 6 significant digits.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import time
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import compress
 from pathlib import Path
@@ -116,6 +119,27 @@ class GenerateResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class SizeEstimate:
+    """How much a run will write, from its first step: the lines and text of the rest are about the same."""
+
+    steps: int
+    samples: int
+    text_bytes: int  # metrics.prom
+    gzip_bytes: int  # metrics.prom.gz, roughly (the first step compressed on its own)
+    out_dir: Path
+    gzipped: bool  # whether this run writes the gzip
+
+    @property
+    def bytes(self) -> int:
+        """What this run writes."""
+        return self.gzip_bytes if self.gzipped else self.text_bytes
+
+
+class GenerationDeclined(Exception):
+    """The caller's `confirm` declined the estimate; nothing was written."""
+
+
 def resolve_range(sc: Scenario, start: TimeSpec | None, end: TimeSpec | None,
                   step: TimeSpec | None) -> tuple[float, float, float]:
     t0 = parse_time(start if start is not None else (sc.start if sc.start is not None else DEFAULT_START))
@@ -130,26 +154,37 @@ def resolve_range(sc: Scenario, start: TimeSpec | None, end: TimeSpec | None,
 
 def generate(scenario_file: str | Path | Scenario, start: TimeSpec | None = None, end: TimeSpec | None = None,
              step: TimeSpec | None = None, out_dir: str | Path = "sim-out", compress_gz: bool = False,
-             groups: set[str] | None = None) -> GenerateResult:
-    """Generate metrics.prom(.gz), inventory.yaml and ground_truth.json into out_dir."""
+             groups: set[str] | None = None,
+             confirm: Callable[[SizeEstimate], bool] | None = None) -> GenerateResult:
+    """Generate metrics.prom(.gz), inventory.yaml and ground_truth.json into out_dir.
+
+    `confirm` sees the size estimate before anything is written; if it returns False, GenerationDeclined."""
     sc = scenario_file if isinstance(scenario_file, Scenario) else load_scenario(scenario_file)
     t0, t1, dt = resolve_range(sc, start, end, step)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     inv = resolve_inventory(sc.inventory_source())
     grp = groups or (set(sc.groups) if sc.groups else None)
     sim = make_sim(inv, sc, t0, groups=grp)
     texts = {b.metric: BlockText(b, sim.m) for b in sim.blocks}
+    clock = time.perf_counter()
+    times = list(timeline(t0, t1, dt))
+    first = io.StringIO()  # the first step, written to the file once it is confirmed
+    samples = write_frame(sim, texts, sim.step(times[0], dt), first) if times else 0
+    steps = len(times)
+    estimate = _estimate(first.getvalue(), samples, steps, out, compress_gz)
+    spent = time.perf_counter() - clock
+    if confirm is not None and not confirm(estimate):
+        raise GenerationDeclined(f"declined: about {estimate.bytes:,} bytes")
+    clock = time.perf_counter() - spent  # the time to confirm is not the generator's
+    out.mkdir(parents=True, exist_ok=True)
     inv_path = write_inventory(inv, out / "inventory.yaml")
     metrics_path = out / ("metrics.prom.gz" if compress_gz else "metrics.prom")
-    clock = time.perf_counter()
-    steps = samples = 0
     opener = (lambda p: gzip.open(p, "wt", compresslevel=1)) if compress_gz else \
         (lambda p: open(p, "w", buffering=1 << 22))  # noqa: SIM115 - closed by the with below
     with opener(metrics_path) as f:
-        for t in timeline(t0, t1, dt):
+        f.write(first.getvalue())
+        for t in times[1:]:
             samples += write_frame(sim, texts, sim.step(t, dt), f)
-            steps += 1
     secs = time.perf_counter() - clock
     truth = {
         "scenario": sc.name, "seed": sc.seed, "start": t0, "end": t1, "step": dt,
@@ -160,3 +195,10 @@ def generate(scenario_file: str | Path | Scenario, start: TimeSpec | None = None
     gt_path.write_text(json.dumps(truth, indent=2))
     return GenerateResult(out, metrics_path, inv_path, gt_path, steps, samples, secs, sim.m.P,
                           sum(t.n for t in texts.values()), len(sc.faults))
+
+
+def _estimate(first_step: str, samples: int, steps: int, out: Path, gzipped: bool) -> SizeEstimate:
+    """Every step as large as the first (counters grow a digit now and then; faults drop a few lines)."""
+    data = first_step.encode()
+    packed = len(zlib.compress(data, 1))
+    return SizeEstimate(steps, samples * steps, len(data) * steps, packed * steps, out, gzipped)
