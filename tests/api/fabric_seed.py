@@ -83,14 +83,11 @@ def seed_fabric(engine: Engine, minutes: int = MINUTES) -> Seeded:
     return Seeded(devices=len(inv.devices), links=len(inv.links), samples=n, end_s=end)
 
 
-def seed_alerts(engine: Engine, at_ms: int) -> list[int] | None:
+def seed_alerts(engine: Engine, at_ms: int) -> list[int]:
     """Open two alerts through the alerts service (a page on the dirty connector, a ticket on the
-    congested host); None when the alerts domain has not landed."""
-    try:
-        from service.alerts.service import apply_findings
-        from service.detection.findings import Action, Cause, Evidence, Finding, Severity
-    except ImportError:
-        return None
+    congested host)."""
+    from service.alerts.service import apply_findings
+    from service.detection.findings import Action, Cause, Evidence, Finding, Severity
     findings = [
         Finding(kind="rx_power_low", scope="lane", device=FAULTY_LEAF, port=FAULTY_PORT, lane=1,
                 cause=Cause.CONTAMINATION, severity=Severity.PAGE, action=Action.CLEAN, state="firing", score=6.0,
@@ -108,13 +105,10 @@ def seed_alerts(engine: Engine, at_ms: int) -> list[int] | None:
     return cs.opened
 
 
-def seed_drain(engine: Engine, at_s: float, alert_id: int | None = None) -> int | None:
-    """A drain recommendation for the faulty link (from `alert_id`) through the drains service; None when absent."""
-    try:
-        from service.drains.schemas import DrainSettings, Target, TargetKind
-        from service.drains.service import recommend
-    except ImportError:
-        return None
+def seed_drain(engine: Engine, at_s: float, alert_id: int | None = None) -> int:
+    """A drain recommendation for the faulty link (from `alert_id`) through the drains service."""
+    from service.drains.schemas import DrainSettings, Target, TargetKind
+    from service.drains.service import recommend
     with engine.begin() as conn:
         row = recommend(conn=conn, target=Target(kind=TargetKind.LINK, device=FAULTY_LEAF, port=FAULTY_PORT),
                         reason="rx power 6 dB low on lane 1", cause="connector_contamination",
@@ -161,17 +155,12 @@ def slowed(output: str, *, from_bytes: int = NCCL_SLOW_FROM, factor: float = NCC
     return "\n".join(lines) + "\n"
 
 
-def seed_nccl_runs(engine: Engine, end_s: float) -> NcclSeeded | None:
+def seed_nccl_runs(engine: Engine, end_s: float) -> NcclSeeded:
     """Import real nccl-tests outputs through the NCCL service: the 2-node 16xH100 all_reduce as the
     baseline, the same run with large-message busbw cut as the latest (a regression), and an all_gather
-    of another scope. None when the NCCL domain or the shared fixtures are missing."""
-    try:
-        from service.nccl.parser import parse_nccl_tests
-        from service.nccl.service import import_run
-    except ImportError:
-        return None
-    if not (NCCL_DIR / NCCL_H100).is_file():
-        return None
+    of another scope."""
+    from service.nccl.parser import parse_nccl_tests
+    from service.nccl.service import import_run
     h100 = (NCCL_DIR / NCCL_H100).read_text()
     imports = [(NCCL_GB10, (NCCL_DIR / NCCL_GB10).read_text(), START + 60),
                (NCCL_H100, h100, START + 300),
@@ -227,16 +216,13 @@ INCIDENT_SCRIPT = (
 SOAK_S = 300.0   # the scripted returns soak 5 min: the simulated fabric holds only 30 min of data
 
 
-def seed_incident_timeline(engine: Engine, script: tuple[Fault, ...] = INCIDENT_SCRIPT) -> list[int] | None:
+def seed_incident_timeline(engine: Engine, script: tuple[Fault, ...] = INCIDENT_SCRIPT) -> list[int]:
     """Play each fault through the incidents service (suspect at onset, an alert through the alerts
-    service, drained, in repair, verifying, returned after a real soak check); None when a domain is absent."""
-    try:
-        from service.alerts.service import apply_findings, resolve
-        from service.detection.findings import Action, Cause, Finding, Severity
-        from service.incidents import service as incidents
-        from service.incidents.schemas import IncidentSettings, State
-    except ImportError:
-        return None
+    service, drained, in repair, verifying, returned after a real soak check)."""
+    from service.alerts.service import apply_findings, resolve
+    from service.detection.findings import Action, Cause, Finding, Severity
+    from service.incidents import service as incidents
+    from service.incidents.schemas import IncidentSettings, State
 
     def at(minute: float) -> datetime:
         return datetime.fromtimestamp(START + minute * STEP, tz=UTC)

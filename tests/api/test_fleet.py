@@ -57,9 +57,7 @@ def test_topology_without_alerts_uses_telemetry(client: TestClient, fabric: Seed
 
 
 def test_topology_and_summary_with_alerts(client: TestClient, engine: Engine, fabric: Seeded) -> None:
-    opened = seed_alerts(engine, int(fabric.end_s * 1000))
-    if opened is None:
-        pytest.skip("service.alerts has not landed: health comes from telemetry only")
+    assert len(seed_alerts(engine, int(fabric.end_s * 1000))) == 2
     drain = seed_drain(engine, fabric.end_s)
     topo = client.get("/api/v1/topology").json()
     assert topo["health_source"] == "alerts"
