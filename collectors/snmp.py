@@ -1,8 +1,9 @@
 """The SNMP collector: IF-MIB counters and state, DOM optics and LLDP neighbours.
 
 One mapping serves live polls and recorded walks: `samples_from_varbinds` takes
-(oid, type, value) triples from either pysnmp (`collect_snmp`) or an snmpsim
-`.snmprec` file (`parse_snmprec`). The transport is pysnmp's asyncio v3arch API with
+(oid, type, value) triples from a live poll (`collect_snmp`) or an snmpsim `.snmprec`
+file (`parse_snmprec`). The transport is collectors/snmp_v2c.py for v2c (requests encoded
+and responses decoded by snmp_ber, no pysnmp) and pysnmp's asyncio v3arch API for v3, with
 numeric OIDs and no MIB lookups; each table group is read with multi-column GETBULK.
 
 Port rule: port-level metrics are emitted only for physical Ethernet/InfiniBand
@@ -269,7 +270,7 @@ def samples_from_varbinds(varbinds: list[Varbind], *, device: str, ts_ms: int,
 
 
 # ---------------------------------------------------------------------------
-# Transport: pysnmp asyncio, multi-column GETBULK
+# Transport: multi-column GETBULK, v2c through snmp_v2c/snmp_ber, v3 through pysnmp asyncio
 
 
 class SnmpFailure(Exception):
@@ -456,7 +457,7 @@ def _community(target: Target) -> str:
 
 
 async def _walk_v2c(target: Target, columns: list[list[Oid]], reps: int, max_vbs: int) -> list[Varbind]:
-    """v2c: pysnmp-encoded requests, responses read by the strict decoder in snmp_ber."""
+    """v2c: requests encoded and responses decoded by snmp_ber (through snmp_v2c), no pysnmp."""
     session = V2cSession(target.address, target.port or 161, _community(target),
                          timeout_s=target.timeout_s, retries=target.retries)
 

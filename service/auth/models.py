@@ -14,7 +14,7 @@ class ApiToken(Base):
     __tablename__ = "api_tokens"
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(128))
-    # First 8 characters of the token, to find the row; the rest is only ever compared as a hash.
+    # First 12 characters of the token (service.py), to find the row; the rest is only ever compared as a hash.
     prefix: Mapped[str] = mapped_column(String(16), unique=True)
     token_hash: Mapped[str] = mapped_column(String(128))
     scopes: Mapped[list[str]] = mapped_column(ARRAY(String(16)))
