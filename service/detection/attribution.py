@@ -17,6 +17,7 @@ n (the leave condition). Attribution follows the signature tables F19/F22/F30:
 | stall counters or ~100 % tx pause with rx ~0 (host)     | NIC_PAUSE_STORM  | host      | drain host      |
 | PCIe width/gen drop (host)                              | HOST_SIDE        | host      | drain host      |
 | ECN/pause without storm, BER unchanged                  | CONGESTION       | -         | review capacity |
+| oper-down >= 2 min, admin up at both ends (one per link) | LINK_DOWN       | link      | check link      |
 
 `device`/`port` of a Finding is always the end at fault; `end` says where that is relative
 to the receiver whose telemetry showed the symptom ("local": the receiving end itself,
@@ -26,23 +27,26 @@ component finding are folded into that one device-level finding.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import numpy as np
 
 from service.detection.features import Features
 from service.detection.findings import Action, Cause, Evidence, Finding, Severity
 from service.detection.rules import Conditions
-from service.detection.state import FeatureState
+from service.detection.state import Fabric, FeatureState
 
 # kind -> (k, n): fire when the condition held in >= k of the last n cycles
 KN: dict[str, tuple[int, int]] = {
     "optical_degradation": (3, 5), "post_fec_errors": (2, 3), "flap_storm": (1, 3), "loose_module": (1, 1),
     "pause_storm": (1, 2), "host_side": (3, 5), "congestion": (3, 5), "ber_degradation": (3, 5),
-    "dom_threshold": (2, 3), "bias_drift": (2, 3), "anomaly": (4, 5),
+    "dom_threshold": (2, 3), "bias_drift": (2, 3), "anomaly": (4, 5), "link_down": (1, 1),
 }
 SHARED_KN = (2, 4)
 PHYSICAL_RAW = ("optical_degradation", "post_fec_errors", "flap_storm", "ber_degradation", "loose_module",
-                "anomaly")
-SHARED_HITS = ("optical_degradation", "post_fec_errors", "flap_storm", "ber_degradation", "loose_module")
+                "anomaly", "link_down")
+SHARED_HITS = ("optical_degradation", "post_fec_errors", "flap_storm", "ber_degradation", "loose_module",
+               "link_down")
 # a finding of the key kind on a port hides these kinds on the same port (one cause, one alert)
 EXPLAINS = {
     "flap_storm": ("loose_module", "ber_degradation", "post_fec_errors", "anomaly"),
@@ -253,6 +257,38 @@ def link_dedupe(mask: np.ndarray, score: np.ndarray, peer: np.ndarray) -> np.nda
     return keep
 
 
+def _either_end(mask: np.ndarray, peer: np.ndarray) -> np.ndarray:
+    """Ports where `mask` holds at the port itself or at the far end of its link."""
+    return mask | np.where(peer >= 0, mask[np.maximum(peer, 0)], False)
+
+
+def _host_link(fab: Fabric, p: int) -> bool:
+    q = int(fab.peer[p])
+    return bool(fab.is_host[p] or (q >= 0 and fab.is_host[q]))
+
+
+def _utc(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _duration(ms: float) -> str:
+    """'45 s', '15 min', '2 h 05 min', '3 d 04 h': how long, for people."""
+    s = int(ms // 1000)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 86400} d {s % 86400 // 3600:02d} h"
+
+
+def _best_rx(f: Features, fab: Fabric, p: int) -> float:
+    """The strongest lane's rx power at port p (dBm); NaN when there is no reading."""
+    rx = f.rx[fab.lane_off[p]:fab.lane_off[p + 1]]
+    return float(np.nanmax(rx)) if np.isfinite(rx).any() else np.nan
+
+
 _SIMPLE: dict[str, tuple[Cause, Severity, Action, str, str | None]] = {
     # kind -> cause, severity, action, scope, end
     "flap_storm": (Cause.FLAP_STORM, Severity.PAGE, Action.DISABLE_PORT, "link", "local"),
@@ -277,6 +313,21 @@ def _summary(b: Builder, kind: str, p: int) -> tuple[str, list[Evidence]]:
                 [_ev("post_fec_errors", f.post_fec[p], 0.0, None, "count"),
                  _ev("log10_pre_fec_ber", f.log_ber[p], st.base["logber"].loc[p], None, "log10"),
                  _ev("rx_margin_low_warn_db", f.rx_margin_min[p], None, f.rx_margin_cohort_med[p], "dB")])
+    if kind == "link_down":
+        fab = st.fabric
+        since = int(st.down_since[p])
+        q = int(fab.peer[p])
+        pdev, pport = b._peer_names(p)
+        host = fab.dev_names[fab.dev[p]] if fab.is_host[p] else pdev if q >= 0 and fab.is_host[q] else None
+        impact = (f"{host} has lost this rail path" if host else "its traffic is on the device's other links")
+        return (f"link down: {dev}:{port} <-> {pdev}:{pport} oper-down since {_utc(since)} "
+                f"({_duration(f.at_ms - since)}), admin up at both ends; {impact}. Check that {pdev} is up and its "
+                f"port enabled, then the modules and the cable",
+                [_ev("down_for_s", (f.at_ms - since) / 1000, 0.0, None, "s", f"since {_utc(since)}"),
+                 _ev("down_since_ms", since, None, None, "ms", "data time of the first down reading"),
+                 _ev("rx_power_dbm", _best_rx(f, fab, p), None, None, "dBm", "strongest lane, this end"),
+                 _ev("peer_rx_power_dbm", _best_rx(f, fab, q) if q >= 0 else np.nan, None, None, "dBm",
+                     "strongest lane, far end")])
     if kind == "flap_storm":
         win = st.cfg.flap_storm_window_s
         return (f"link flap storm on {dev}:{port}: {f.flap_peak[p]:.0f} flaps in one poll step "
@@ -338,6 +389,12 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
     fab = st.fabric
     b = Builder(st, f, cond, at_ms)
     active = {k: firing[k] | holding[k] for k in firing}
+    # a down link explains whatever else its two ends show (dark rx, no traffic, the flaps that took it down)
+    if "link_down" in active:
+        down = _either_end(active["link_down"], fab.peer)
+        for k in active:
+            if k != "link_down":
+                active[k] = active[k] & ~down
     # one cause, one alert: hide kinds explained by another active kind on the same port
     for k, hides in EXPLAINS.items():
         if k in active:
@@ -346,10 +403,13 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
                     active[h] = active[h] & ~active[k]
     # one device ticket, not N link tickets
     in_shared = (dev_fire | dev_hold)[fab.dev]  # every port of a device under a shared-component finding
+    # a link_down fires on its first cycle: it waits while its device's shared condition awaits persistence,
+    # so a line card taking many links down gives one device finding, not a page per link first
+    shared_links = _either_end((dev_fire | dev_hold | (st.dev_hist & 1).astype(bool))[fab.dev], fab.peer)
     for k in PHYSICAL_RAW:
         if k in active and k != "flap_storm":
-            active[k] = active[k] & ~in_shared
-    for k in ("flap_storm", "loose_module"):
+            active[k] = active[k] & ~(shared_links if k == "link_down" else in_shared)
+    for k in ("flap_storm", "loose_module", "link_down"):
         if k in active:
             active[k] = link_dedupe(active[k], cond.score[k], fab.peer)
     for d in np.flatnonzero(dev_fire | dev_hold).tolist():
@@ -366,8 +426,8 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
             summary=f"shared component on {fab.dev_names[d]}: {len(names)} of {n_linked} ports degraded at once; "
                     f"one device ticket (line card/ASIC/PSU)",
             end="local", evidence=ev, members=names))
-    for kind in ("optical_degradation", "post_fec_errors", "flap_storm", "loose_module", "pause_storm", "host_side",
-                 "bias_drift", "dom_threshold", "ber_degradation", "anomaly", "congestion"):
+    for kind in ("link_down", "optical_degradation", "post_fec_errors", "flap_storm", "loose_module", "pause_storm",
+                 "host_side", "bias_drift", "dom_threshold", "ber_degradation", "anomaly", "congestion"):
         if kind not in active:
             continue
         for p in np.flatnonzero(active[kind]).tolist():
@@ -385,6 +445,13 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
                 b.add(kind, p, Cause.POST_FEC, sev, Action.REPLACE_CABLE if copper else Action.REPLACE_LOCAL, state,
                       cond.score[kind][p], summary + ("; replace the cable" if copper else "; replace the module"),
                       evidence=ev)
+                continue
+            if kind == "link_down":
+                # a host link down cuts a GPU off its rail now: page; a switch link's traffic takes the others
+                summary, ev = _summary(b, kind, p)
+                sev = Severity.PAGE if _host_link(fab, p) else Severity.TICKET
+                b.add(kind, p, Cause.LINK_DOWN, sev, Action.CHECK_LINK, state, cond.score[kind][p], summary,
+                      scope="link", end=None, evidence=ev)
                 continue
             cause, sev, action, scope, end = _SIMPLE[kind]
             summary, ev = _summary(b, kind, p)

@@ -30,6 +30,7 @@ class Cause(StrEnum):
     NIC_PAUSE_STORM = "nic_pause_storm"
     HOST_SIDE = "host_side"
     MODULE_ALARM = "module_alarm"
+    LINK_DOWN = "link_down"
     UNKNOWN_PHYSICAL = "unknown_physical"
 
     @property
@@ -48,6 +49,7 @@ class Action(StrEnum):
     DRAIN_HOST = "drain_host"
     DISABLE_PORT = "disable_port"
     REVIEW_CAPACITY = "review_capacity"
+    CHECK_LINK = "check_link"      # a link is down: is the far end up and enabled? then the module and the cable
 
 
 class Severity(StrEnum):

@@ -36,8 +36,9 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
     P = fab.P
     out = Conditions()
     with np.errstate(invalid="ignore"):
-        # guard: an admin-down end reads 0 mW / -40 dBm on both sides of the link by design
-        optics_ok = (f.admin_up != 0) & (f.peer_admin_up != 0) & np.isfinite(f.admin_up)
+        # guard: an admin-down end reads 0 mW / -40 dBm on both sides of the link by design, and so does a
+        # port that was oper-down in the window: no light is the link-down finding, never an optical one
+        optics_ok = (f.admin_up != 0) & (f.peer_admin_up != 0) & np.isfinite(f.admin_up) & (f.oper_up != 0)
         out.optics_ok = optics_ok
         tt = st.lane_trend
         trend_lane = (tt["ttt_warn"] <= cfg.ttt_warn_hours) & (tt["rx_slope"] * 24 <= -cfg.trend_slope_db_per_day)
@@ -119,6 +120,16 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
         bias = seg_reduce(np.maximum, (bias_lane & optics_ok[lp]).astype(float), off, 0.0) > 0
         out.raw["bias_drift"] = bias
         out.score["bias_drift"] = np.nan_to_num(seg_reduce(np.maximum, f.bias_drift, off), nan=0.0)
+
+        # link down: a linked port whose readings have said oper-down for link_down_hold_ms, admin up here
+        # (known) and not admin-down at the far end (an admin-down end takes the link down by design). The
+        # newest reading must be recent: a device that stopped reporting is seen from the far end instead
+        down_for = f.at_ms - st.down_since
+        oper = st.gauges["port_oper_up"]
+        fresh = (oper.last_ts > 0) & (f.at_ms - oper.last_ts <= cfg.max_gap_ms)
+        out.raw["link_down"] = ((st.down_since > 0) & (down_for >= cfg.link_down_hold_ms) & fresh
+                                & (fab.peer >= 0) & _t(f.admin_up >= 0.5) & ~_t(f.peer_admin_up < 0.5))
+        out.score["link_down"] = np.where(st.down_since > 0, down_for / 60_000.0, 0.0)  # minutes down
     for k, v in out.raw.items():
         out.raw[k] = np.asarray(v, bool).reshape(P)
     return out

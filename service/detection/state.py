@@ -307,6 +307,8 @@ class Config:
     #                                       10 s polling; 75 s is one 60 s SNMP poll plus jitter
     loose_hold_penalty: float = 1.5       # a loose-module finding stays while its decayed penalty is this high
     post_fec_burst: float = 100.0         # post-FEC errors in one cycle that fire without a second interval
+    link_down_hold_ms: int = 120_000      # oper-down (admin up at both ends) this long without an up reading: a
+    #                                       down link; a flap or a link retraining recovers well within it
     pause_storm_duty: float = 0.9         # tx pause duty (F24/F25 use 0.99 per 100-200 ms; 0.9 per poll)
     pause_storm_rx_util: float = 0.05
     rx_drop_db: float = 1.5               # rx below its own baseline by this much = degraded
@@ -334,7 +336,7 @@ class Config:
 
 
 KINDS = ("optical_degradation", "post_fec_errors", "flap_storm", "loose_module", "pause_storm", "host_side",
-         "congestion", "ber_degradation", "dom_threshold", "bias_drift", "anomaly")
+         "congestion", "ber_degradation", "dom_threshold", "bias_drift", "anomaly", "link_down")
 
 
 class FeatureState:
@@ -362,6 +364,9 @@ class FeatureState:
         self.hist = {k: np.zeros(P, np.uint32) for k in KINDS}   # bit i = condition held i cycles ago
         self.latched = {k: np.zeros(P, bool) for k in KINDS}
         self.flagged = np.zeros(P, bool)               # any finding last cycle: freeze baselines, skip training
+        # data time of the first oper-down reading of a port's current run of down readings, with both ends
+        # admin up when it started; 0: up, unknown, or down only because an end is admin-down
+        self.down_since = np.zeros(P, np.int64)
         # layer-1 results, refreshed at each trend bucket close and kept until the next
         self.lane_trend = {k: np.full(L, np.nan) for k in ("rx_slope", "rx_level", "ttt_warn", "ttt_alarm",
                                                             "bias_slope")}
@@ -425,6 +430,8 @@ class FeatureState:
         gt = self.gauges.get(metric)
         if gt is None:
             return
+        if metric in ("port_oper_up", "port_admin_up"):
+            self._track_down(metric, idx, ts, val)
         if metric == "optic_rx_power_dbm":  # wobble: EW mean of |successive differences| (fiber, F22)
             ok = np.isfinite(val)
             i2, v2 = idx[ok], val[ok]
@@ -435,6 +442,22 @@ class FeatureState:
             self.rx_jitter[i2] = j
         gt.put(idx, ts, val)
 
+    def _track_down(self, metric: str, idx: np.ndarray, ts: np.ndarray, val: np.ndarray) -> None:
+        """Keep `down_since`: an up reading ends a run; an admin-down end (here or at the peer) restarts it."""
+        ok = np.isfinite(val)
+        idx, ts, val = idx[ok], ts[ok], val[ok]
+        peer = self.fabric.peer[idx]
+        if metric == "port_admin_up":
+            off = idx[val < 0.5]
+            self.down_since[off] = 0
+            self.down_since[peer[(val < 0.5) & (peer >= 0)]] = 0
+            return
+        admin = self.gauges["port_admin_up"].last
+        peer_admin = np.where(peer >= 0, admin[np.maximum(peer, 0)], np.nan)
+        since = self.down_since[idx]
+        start = (val < 0.5) & (since == 0) & ~(admin[idx] < 0.5) & ~(peer_admin < 0.5)
+        self.down_since[idx] = np.where(val >= 0.5, 0, np.where(start, ts, since))
+
     def roll(self) -> None:
         """Start a new cycle window."""
         for t in (*self.gauges.values(), *self.counters.values()):
@@ -444,6 +467,7 @@ class FeatureState:
     def to_bytes(self) -> bytes:
         arrays: dict[str, np.ndarray] = {"port_ids": self.fabric.port_ids, "lane_off": self.fabric.lane_off,
                                          "rx_jitter": self.rx_jitter, "flagged": self.flagged,
+                                         "down_since": self.down_since,
                                          "reservoir_x": self.reservoir_x, "reservoir_c": self.reservoir_c}
         for m, t in self.gauges.items():
             for f in GaugeTrack.FIELDS:
@@ -517,6 +541,8 @@ class FeatureState:
                 tb.t[:], tb.count[:] = z[f"t|{k}|t"], z[f"t|{k}|count"]
         put(st.rx_jitter, z["rx_jitter"])
         put(st.flagged, z["flagged"])
+        if "down_since" in z:  # absent in states saved before link-down detection
+            put(st.down_since, z["down_since"])
         for k in st.penalty:
             put(st.penalty[k], z[f"p|{k}"])
         for k in KINDS:

@@ -396,3 +396,74 @@ def test_slow_peer_tx_decline_stays_a_transmitter_fault_while_the_alert_is_open(
     f = [x for x in firing(out, "optical_degradation") if x.peer_port == "Ethernet1/8" or x.port == "Ethernet1/8"]
     assert f and {x.cause for x in f[-50:]} == {Cause.TX_WEAROUT}
     assert (f[-1].device, f[-1].port, f[-1].end) == (d.fab.dev_names[d.fab.dev[q]], d.fab.port_names[q], "peer")
+
+
+def test_a_down_link_is_one_link_down_finding_with_its_down_time_and_peer() -> None:
+    d = Driver()
+    warm(d, 30)
+    p = d.port("leaf", "Ethernet1/6")
+    q = int(d.fab.peer[p])
+    rx = d.rx.copy()
+    for x in (p, q):  # no light either way, as on a real down link
+        rx[d.fab.lane_off[x]:d.fab.lane_off[x + 1]] = -40.0
+    d.oper[[p, q]] = 0
+    first_down = d.t + d.step_ms
+    out = d.run(8, rx=rx)
+    d.st = FeatureState.from_bytes(d.st.to_bytes(), d.fab)  # a live restart keeps the down time
+    out += d.run(7, rx=rx)
+    fired = firing(out)
+    assert {x.kind for x in fired} == {"link_down"}, [(x.kind, x.action) for x in fired]  # no "clean connectors"
+    assert len({x.fingerprint for x in fired}) == 1  # one finding per link, not one per end
+    f = fired[-1]
+    assert (f.cause, f.severity, f.action, f.scope) == (Cause.LINK_DOWN, Severity.PAGE, Action.CHECK_LINK, "link")
+    assert {(f.device, f.port), (f.peer_device, f.peer_port)} == {("leaf", "Ethernet1/6"),
+                                                                   (d.fab.dev_names[d.fab.dev[q]], d.fab.port_names[q])}
+    assert fired[0].at_ms - first_down == d.st.cfg.link_down_hold_ms  # after the hold, not on one down poll
+    ev = {e.feature: e.value for e in f.evidence}
+    assert ev["down_since_ms"] == first_down and ev["down_for_s"] == 14 * 60
+    assert "oper-down since 2025-01-01 00:31:00Z (14 min)" in f.summary and "lost this rail path" in f.summary
+    assert f.score > fired[0].score  # longer down is worse
+    d.oper[[p, q]] = 1
+    assert firing(d.run(3)) == []  # back up: the finding ends (alerting resolves it)
+
+
+def test_link_down_needs_both_ends_admin_up_and_a_run_of_down_readings() -> None:
+    d = Driver()
+    warm(d, 30)
+    p = d.port("leaf", "Ethernet1/2")
+    q = int(d.fab.peer[p])
+    d.oper[[p, q]] = 0
+    d.run(1)
+    d.oper[[p, q]] = 1
+    assert d.run(5) == []  # one down poll (a flap) is not a down link
+    d.admin[q] = 0  # the far end shut on purpose: both ends read oper-down, nothing is raised
+    d.oper[[p, q]] = 0
+    assert d.run(10) == []
+    d.admin[q] = 1  # enabled again, but the link does not come up: down since it was enabled, not before
+    enabled = d.t + d.step_ms
+    f = firing(d.run(4), "link_down")
+    # within a poll: a batch may carry the oper reading before the admin reading of the same poll
+    assert f and 0 <= {e.feature: e.value for e in f[-1].evidence}["down_since_ms"] - enabled <= d.step_ms
+
+
+def test_a_line_card_taking_many_links_down_is_one_device_finding() -> None:
+    d = Driver()
+    warm(d, 30)
+    leaf = np.flatnonzero(d.fab.dev == d.fab.dev_names.index("leaf"))
+    bad = leaf[:8]
+    d.oper[bad] = 0
+    d.oper[d.fab.peer[bad]] = 0
+    out = d.run(10)
+    assert {(f.kind, f.device) for f in firing(out)} == {("shared_component", "leaf")}
+    assert sorted(firing(out)[-1].members) == sorted(d.fab.port_names[p] for p in bad)
+
+
+def test_a_switch_to_switch_link_down_is_a_ticket() -> None:
+    fab = tiny_fabric()
+    fab.is_host[:] = False  # the same cabling read as leaf-spine links: the traffic takes the other links
+    d = Driver(fab)
+    warm(d, 30)
+    p = d.port("leaf", "Ethernet1/4")
+    d.oper[[p, d.fab.peer[p]]] = 0
+    f = firing(d.run(4), "link_down")
+    assert f and f[-1].severity is Severity.TICKET and "traffic is on the device's other links" in f[-1].summary
