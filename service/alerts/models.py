@@ -50,7 +50,11 @@ class Alert(Base):
     summary: Mapped[str] = mapped_column(Text, default="")
     score: Mapped[float] = mapped_column(Float, default=0.0)
     ttt_hours: Mapped[float | None] = mapped_column(Float)
-    evidence: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, default=list)
+    evidence: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, default=list)   # the last cycle's
+    # the worst cycle of this episode (highest score): its evidence, when it was seen; `summary` is its summary
+    peak_score: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    peak_evidence: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, default=list, server_default="[]")
+    peak_at_ms: Mapped[int | None] = mapped_column(BigInteger)
     members: Mapped[list[str]] = mapped_column(JSONB, default=list)
     finding_state: Mapped[str | None] = mapped_column(String(16))   # last cycle's firing/holding; None when absent
     missed_cycles: Mapped[int] = mapped_column(Integer, default=0)

@@ -36,10 +36,13 @@ class AlertRead(BaseModel):
     cause: str
     action: str
     end: str | None
-    summary: str
-    score: float
+    summary: str = Field(description="the summary of the episode's worst cycle (peak_at_ms)")
+    score: float = Field(description="the last cycle's score")
     ttt_hours: float | None
-    evidence: list[dict[str, Any]]
+    evidence: list[dict[str, Any]] = Field(description="the last cycle's evidence")
+    peak_score: float = Field(description="the highest score of this firing episode")
+    peak_evidence: list[dict[str, Any]] = Field(description="the evidence of the episode's worst cycle")
+    peak_at_ms: int | None = Field(description="data time of the episode's worst cycle")
     members: list[str]
     finding_state: str | None = Field(description="last cycle's finding state; null when absent")
     missed_cycles: int

@@ -5,6 +5,9 @@
 - Hysteresis: only a `firing` finding opens; `holding` keeps an open alert; an open alert resolves
   after `clear_cycles` consecutive cycles without its finding. A value hovering at the threshold
   (firing, absent, firing, ...) therefore never flaps the alert.
+- Peak: an alert keeps the worst cycle (highest score) of its firing episode: `peak_score`,
+  `peak_evidence`, `peak_at_ms`, and that cycle's `summary`; `score`/`evidence` are the last cycle's.
+  A clearing cycle ("0 flaps") therefore never rewrites what the alert says happened.
 - Grouping (inhibition): a device-level finding with `members` opens one alert that becomes the
   parent of open alerts on those member ports (either end of the link); a child is recorded but
   does not notify while its parent is open.
@@ -169,6 +172,12 @@ def _finding_values(f: Finding, pod: str | None) -> dict[str, Any]:
             "members": list(f.members), "finding_state": f.state}
 
 
+def _peak(values: dict[str, Any], at_ms: int) -> dict[str, Any]:
+    """The episode's worst cycle so far: its summary, score and evidence, and when it was seen."""
+    return {"summary": values["summary"], "peak_score": values["score"], "peak_evidence": values["evidence"],
+            "peak_at_ms": at_ms}
+
+
 def _pick(findings: Iterable[Finding]) -> dict[str, Finding]:
     """One finding per fingerprint and cycle: firing beats holding, then the higher score."""
     best: dict[str, Finding] = {}
@@ -301,7 +310,7 @@ def _open(conn: Connection, cs: ChangeSet, old: dict[str, Any] | None, values: d
           at_ms: int, actor: str) -> dict[str, Any]:
     common = dict(values, state="firing", missed_cycles=0, opened_at_ms=at_ms, last_seen_ms=at_ms,
                   resolved_at_ms=None, resolved_by=None, acknowledged_at_ms=None, acknowledged_by=None,
-                  notified=False, muted_by=None, parent_id=None)
+                  notified=False, muted_by=None, parent_id=None, **_peak(values, at_ms))
     if old is None:
         row = dict(conn.execute(insert(alerts).values(fingerprint=f.fingerprint, first_opened_at_ms=at_ms,
                                                       episode=1, **common).returning(alerts)).mappings().one())
@@ -317,9 +326,15 @@ def _open(conn: Connection, cs: ChangeSet, old: dict[str, Any] | None, values: d
 
 def _refresh(conn: Connection, cs: ChangeSet, row: dict[str, Any], values: dict[str, Any], at_ms: int,
              actor: str) -> AlertChange | None:
-    """Keep an open alert current; returns the change to re-notify when severity went up."""
+    """Keep an open alert current; returns the change to re-notify when severity went up.
+
+    The last cycle's score and evidence are kept as they are; the summary and the peak move only when
+    this cycle is worse than any before in the episode, so a clearing cycle never rewrites them."""
     old_sev = row["severity"]
-    _set(conn, row, bump=False, missed_cycles=0, last_seen_ms=at_ms, **values)
+    current = {k: v for k, v in values.items() if k != "summary"}
+    if values["score"] > row["peak_score"]:
+        current.update(_peak(values, at_ms))
+    _set(conn, row, bump=False, missed_cycles=0, last_seen_ms=at_ms, **current)
     if values["severity"] == old_sev:
         return None
     _set(conn, row)  # a severity change is a change: move updated_at

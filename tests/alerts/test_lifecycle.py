@@ -10,7 +10,7 @@ from sqlalchemy import Connection, Engine, text
 
 from service.alerts import service
 from service.alerts.service import apply_findings, ms_to_dt
-from service.detection.findings import Finding, Severity
+from service.detection.findings import Evidence, Finding, Severity
 from service.notify.service import create_subscription
 from tests.alerts import STEP, T0, finding
 
@@ -204,3 +204,34 @@ def test_listener_sees_changes_in_the_same_transaction(db: Engine) -> None:
     finally:
         service._listeners.remove(listener)
     assert seen == [("opened", 1)]
+
+
+def _storm(i: int, flaps: int, state: str = "firing") -> Finding:
+    return finding(kind="flap_storm", state=state, at_ms=T0 + i * STEP, score=float(flaps),
+                   summary=f"link flap storm on leaf-01:Ethernet1/1: {flaps} flaps in one poll step",
+                   evidence=[Evidence("flaps_per_window", float(flaps), baseline=0.0, unit="per 75 s")])
+
+
+def test_an_alert_keeps_the_peak_of_its_episode_not_the_clearing_cycle(db: Engine, sub: int) -> None:
+    # The storm peaks in cycle 1; the persistence window keeps it firing (then holding) with 0 flaps.
+    for i, (flaps, st) in enumerate([(6, "firing"), (9, "firing"), (0, "firing"), (0, "holding")]):
+        cycle(db, i, _storm(i, flaps, st))
+    with db.connect() as conn:
+        (aid,) = conn.execute(text("SELECT id FROM alerts")).scalars()
+        a = service.get_alert(conn=conn, alert_id=aid)
+    assert a is not None and a["summary"].endswith(": 9 flaps in one poll step")
+    assert (a["peak_score"], a["peak_at_ms"]) == (9.0, T0 + STEP)
+    assert a["peak_evidence"][0]["value"] == 9.0
+    assert a["score"] == 0.0 and a["evidence"][0]["value"] == 0.0  # the last cycle is still there to see
+    for i in range(4, 7):  # cleared: resolves, and says what happened, not "0 flaps"
+        cycle(db, i)
+    with db.connect() as conn:
+        a = service.get_alert(conn=conn, alert_id=aid)
+    assert a is not None and a["state"] == "resolved" and "9 flaps" in a["summary"]
+    resolved = [m for m in outbox(db) if m["event"] == "resolved"]
+    assert len(resolved) == 1 and "9 flaps" in resolved[0]["message"]["alert"]["summary"]
+    cycle(db, 7, _storm(7, 5))  # a new episode starts its own peak
+    with db.connect() as conn:
+        a = service.get_alert(conn=conn, alert_id=aid)
+    assert a is not None and a["episode"] == 2 and "5 flaps" in a["summary"]
+    assert (a["peak_score"], a["peak_at_ms"]) == (5.0, T0 + 7 * STEP)
