@@ -19,7 +19,7 @@ from service.alerts.service import ChangeSet, apply_findings
 from service.detection.findings import Finding, Severity
 from service.detection.service import backtest, detect_at
 from service.detection.state import Config
-from service.drains.service import recommend_for_finding
+from service.drains.service import recommend_for_finding, withdraw_cleared
 
 # Tables the alert state machine writes; a replay works on temporary copies of these.
 _SHADOWED = ("alerts", "alert_events", "webhook_outbox")
@@ -31,10 +31,12 @@ class CycleOutcome:
     findings: list[Finding]
     changes: ChangeSet
     drains: list[int] = field(default_factory=list)
+    withdrawn: list[int] = field(default_factory=list)   # drains withdrawn because their alert resolved
 
     def summary(self) -> dict[str, Any]:
         return {"at_ms": self.at_ms, "findings": len(self.findings), "opened": self.changes.opened,
-                "reopened": self.changes.reopened, "resolved": self.changes.resolved, "drains": self.drains}
+                "reopened": self.changes.reopened, "resolved": self.changes.resolved, "drains": self.drains,
+                "withdrawn": self.withdrawn}
 
 
 def _drain_worthy(f: Finding) -> bool:
@@ -43,18 +45,25 @@ def _drain_worthy(f: Finding) -> bool:
 
 
 def apply_cycle(conn: Connection, findings: list[Finding], at_ms: int, *, drains: bool = True) -> CycleOutcome:
-    """Alerts (and, for pages, drain recommendations) from one cycle's findings, in the caller's transaction."""
+    """Alerts (and, for pages, drain recommendations) from one cycle's findings, in the caller's transaction.
+
+    Undecided drains whose alert has resolved (this cycle, or by hand since) are withdrawn; a drain's
+    reason is its alert's summary, the episode's worst cycle, not this cycle's."""
     changes = apply_findings(conn=conn, findings=findings, at_ms=at_ms)
     out = CycleOutcome(at_ms, findings, changes)
     if not drains:
         return out
+    at = datetime.fromtimestamp(at_ms / 1000, tz=UTC)
+    out.withdrawn = withdraw_cleared(conn=conn, at=at)
     worthy = [f for f in findings if _drain_worthy(f)]
     if worthy:
-        ids = dict(conn.execute(text("SELECT fingerprint, id FROM alerts WHERE fingerprint = ANY(:f)"),
-                                {"f": [f.fingerprint for f in worthy]}).all())
-        at = datetime.fromtimestamp(at_ms / 1000, tz=UTC)
+        alerts = {r.fingerprint: r for r in conn.execute(text(
+            "SELECT fingerprint, id, summary FROM alerts WHERE fingerprint = ANY(:f)"),
+            {"f": [f.fingerprint for f in worthy]})}
         for f in worthy:
-            row = recommend_for_finding(conn=conn, finding=f, alert_id=ids.get(f.fingerprint), at=at)
+            a = alerts.get(f.fingerprint)
+            row = recommend_for_finding(conn=conn, finding=f, alert_id=a.id if a else None, at=at,
+                                        reason=a.summary if a else None)
             if row is not None:
                 out.drains.append(int(row.id))
     return out

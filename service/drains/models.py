@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ARRAY, Boolean, DateTime, ForeignKey, Integer, String, Text
+from sqlalchemy import ARRAY, BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -16,6 +16,9 @@ class DrainRecommendation(Base):
     __tablename__ = "drain_recommendations"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     incident_id: Mapped[int | None] = mapped_column(ForeignKey("incidents.id", ondelete="SET NULL"))
+    # the alert whose finding recommended it (the latest one); its resolve withdraws an undecided drain.
+    # No foreign key, as incidents.alert_id: an id the alerts table does not hold just shows no alert state
+    alert_id: Mapped[int | None] = mapped_column(BigInteger)
     target_kind: Mapped[str] = mapped_column(String(16))     # link | port | host | switch
     target: Mapped[str] = mapped_column(String(600))         # the entity key, as on the incident
     device: Mapped[str] = mapped_column(String(128))
@@ -24,7 +27,8 @@ class DrainRecommendation(Base):
     peer_port: Mapped[str | None] = mapped_column(String(128))
     pod: Mapped[str | None] = mapped_column(String(128))
     action: Mapped[str] = mapped_column(String(32))          # shut_ports | slurm_drain | k8s_drain
-    # blocked -> (re-evaluated) pending -> approved -> done -> released; or rejected / withdrawn
+    # blocked -> (re-evaluated) pending -> approved -> done -> released; or rejected / withdrawn (the incident
+    # closed, or the alert resolved, before a decision: decided_at / decision_note say when and why)
     status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(Text, default="")
     cause: Mapped[str | None] = mapped_column(String(64))
@@ -42,6 +46,7 @@ class DrainRecommendation(Base):
     done_by: Mapped[str | None] = mapped_column(String(128))
     done_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    __table_args__ = (Index("drain_recommendations_alert", "alert_id"),)
 
 
 class DrainBreaker(Base):

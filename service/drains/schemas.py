@@ -31,7 +31,7 @@ class DrainStatus(StrEnum):
     REJECTED = "rejected"
     DONE = "done"              # the drain is in place (marked by a person or a successful executor)
     RELEASED = "released"      # the incident returned to service or closed; no longer counts
-    WITHDRAWN = "withdrawn"    # the incident closed before a decision
+    WITHDRAWN = "withdrawn"    # the incident closed, or its alert resolved, before a decision
 
 
 # Drains that hold capacity out of service right now: the safety check counts these.
@@ -133,8 +133,11 @@ class DrainRead(BaseModel):
     pod: str | None
     action: str
     status: str
-    reason: str
+    reason: str = Field(description="why it was recommended: the summary of its alert's worst cycle")
     cause: str | None
+    alert_id: int | None = Field(default=None, description="the alert whose finding recommended it")
+    alert_state: Literal["firing", "acknowledged", "resolved"] | None = Field(
+        default=None, description="that alert's state now; null when there is none")
     verdict: dict[str, Any]
     commands: list[Any]
     execution: dict[str, Any] | None

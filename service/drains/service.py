@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, insert, select, text, update
 
+from service.alerts.models import Alert
 from service.detection.findings import Finding
 from service.drains.executors import get_executor, plan_commands
 from service.drains.models import DrainBreaker, DrainRecommendation
@@ -37,6 +38,10 @@ from service.incidents.schemas import State
 
 DRAINS = DrainRecommendation.__table__
 BREAKER = DrainBreaker.__table__
+ALERTS = Alert.__table__
+# What the API reads: each drain with the state of its alert (null when it has none, or it is gone).
+_READ = select(DRAINS, ALERTS.c.state.label("alert_state")).select_from(
+    DRAINS.outerjoin(ALERTS, ALERTS.c.id == DRAINS.c.alert_id))
 _LOCK_KEY = 74_201_300   # pg_advisory_xact_lock key for drain safety decisions
 
 
@@ -50,9 +55,10 @@ class DrainNotFound(DrainError):
 
 
 class DrainStateError(DrainError):
-    def __init__(self, drain_id: int, current: str, attempted: str, allowed_from: list[str]) -> None:
-        super().__init__(f"drain recommendation {drain_id} is '{current}'; cannot {attempted} it "
-                         f"(only from: {', '.join(allowed_from)})")
+    def __init__(self, drain_id: int, current: str, attempted: str, allowed_from: list[str],
+                 why: str | None = None) -> None:
+        super().__init__(f"drain recommendation {drain_id} is '{current}'" + (f" ({why})" if why else "")
+                         + f"; cannot {attempted} it (only from: {', '.join(allowed_from)})")
         self.current, self.attempted, self.allowed_from = current, attempted, allowed_from
 
 
@@ -67,8 +73,9 @@ def _lock(conn: Connection) -> None:
 
 
 def get(*, conn: Connection, drain_id: int, lock: bool = False) -> Row[Any]:
-    q = select(DRAINS).where(DRAINS.c.id == drain_id)
-    row = conn.execute(q.with_for_update() if lock else q).first()
+    """One drain with its alert's state (`alert_state`)."""
+    q = _READ.where(DRAINS.c.id == drain_id)
+    row = conn.execute(q.with_for_update(of=DRAINS) if lock else q).first()
     if row is None:
         raise DrainNotFound(drain_id)
     return row
@@ -78,7 +85,7 @@ def list_drains(*, conn: Connection, status: list[str] | None = None, incident_i
                 pod: str | None = None, device: str | None = None, limit: int = 100,
                 offset: int = 0) -> list[Row[Any]]:
     c = DRAINS.c
-    q = select(DRAINS)
+    q = _READ
     if status:
         q = q.where(c.status.in_(status))
     if incident_id is not None:
@@ -207,6 +214,8 @@ def recommend(*, conn: Connection, target: Target, reason: str, incident_id: int
         "status": status.value, "verdict": verdict.model_dump(mode="json"), "commands": commands,
         "updated_at": now, "reason": reason, "cause": cause or inc.cause, "pod": plan.effect.pod,
         "link_ids": sorted(plan.effect.link_ids), "host_ids": sorted(plan.effect.host_ids)}
+    if alert_id is not None:
+        values["alert_id"] = alert_id   # the latest alert behind it: its resolve withdraws the drain
     if verdict.safe and (existing is None or existing.recommended_at is None):
         values["recommended_at"] = now   # counted by the breaker from its first safe verdict
     if existing is None:
@@ -230,22 +239,27 @@ def recommend(*, conn: Connection, target: Target, reason: str, incident_id: int
 
 
 def recommend_for_finding(*, conn: Connection, finding: Finding, alert_id: int | None = None,
-                          at: datetime | None = None, settings: DrainSettings | None = None) -> Row[Any] | None:
-    """The pipeline's entry point: a firing Finding -> incident + drain recommendation (or None: no drain)."""
+                          at: datetime | None = None, settings: DrainSettings | None = None,
+                          reason: str | None = None) -> Row[Any] | None:
+    """The pipeline's entry point: a firing Finding -> incident + drain recommendation (or None: no drain).
+
+    `reason` defaults to the finding's summary; the pipeline passes its alert's (the episode's peak), so a
+    cycle on the way down does not rewrite why the drain was recommended."""
     if finding.state != "firing":
         return None
     target = target_for_finding(finding)
     if target is None:
         return None
     when = at or datetime.fromtimestamp(finding.at_ms / 1000, tz=UTC)
-    return recommend(conn=conn, target=target, reason=finding.summary, cause=finding.cause.value,
+    return recommend(conn=conn, target=target, reason=reason or finding.summary, cause=finding.cause.value,
                      at=when, settings=settings, alert_id=alert_id, fingerprint=finding.fingerprint,
                      summary=finding.summary)
 
 
 def _require(row: Row[Any], attempted: str, allowed: tuple[DrainStatus, ...]) -> None:
     if row.status not in allowed:
-        raise DrainStateError(row.id, row.status, attempted, [a.value for a in allowed])
+        why = row.decision_note if row.status == DrainStatus.WITHDRAWN else None
+        raise DrainStateError(row.id, row.status, attempted, [a.value for a in allowed], why)
 
 
 def _advance_incident(conn: Connection, incident_id: int | None, to: State, actor: str, at: datetime,
@@ -267,6 +281,9 @@ def approve(*, conn: Connection, drain_id: int, actor: str, note: str | None = N
     _lock(conn)
     row = get(conn=conn, drain_id=drain_id, lock=True)
     _require(row, "approve", (DrainStatus.PENDING,))
+    if row.alert_state == "resolved":   # resolved since the last cycle (by hand): nothing left to drain for
+        withdraw_cleared(conn=conn, at=now, actor=actor, drain_ids=[drain_id])
+        return get(conn=conn, drain_id=drain_id)
     graph = load_graph(conn=conn)
     plan = plan_target(graph=graph, target=_target_of(row), settings=s, action=DrainAction(row.action))
     state = fleet_state(conn=conn, graph=graph, settings=s, at=now, exclude=row.id)
@@ -333,6 +350,33 @@ def release_for_incident(*, conn: Connection, incident_id: int, actor: str, at: 
         status=DrainStatus.WITHDRAWN.value, decision_note=reason, decided_by=actor, decided_at=now,
         updated_at=now)).rowcount
     return n
+
+
+def withdraw_cleared(*, conn: Connection, at: datetime | None = None, actor: str = "fabricwatch",
+                     drain_ids: list[int] | None = None) -> list[int]:
+    """Withdraw undecided (pending or blocked) drains whose alert has resolved; returns their ids.
+
+    The drain keeps its history: `withdrawn`, with when (`decided_at`, data time in the pipeline) and why
+    (`decision_note`). Its incident goes back to `suspect` if it was waiting on this drain. If the finding
+    fires again, its alert re-opens and a new recommendation is made."""
+    now = _now(at)
+    q = (select(DRAINS.c.id, DRAINS.c.incident_id, ALERTS.c.id.label("alert"), ALERTS.c.fingerprint,
+                ALERTS.c.resolved_at_ms, ALERTS.c.resolved_by)
+         .select_from(DRAINS.join(ALERTS, ALERTS.c.id == DRAINS.c.alert_id))
+         .where(ALERTS.c.state == "resolved", DRAINS.c.status.in_([x.value for x in OPEN_STATUSES])))
+    if drain_ids is not None:
+        q = q.where(DRAINS.c.id.in_(drain_ids))
+    out = []
+    for r in conn.execute(q.order_by(DRAINS.c.id).with_for_update(of=DRAINS)).all():
+        when = datetime.fromtimestamp(r.resolved_at_ms / 1000, tz=UTC).isoformat() if r.resolved_at_ms else "?"
+        by = "detection: its finding cleared" if r.resolved_by == "detector" else f"by {r.resolved_by}"
+        note = f"alert {r.alert} ({r.fingerprint}) resolved at {when} ({by}); nothing left to drain for"
+        conn.execute(update(DRAINS).where(DRAINS.c.id == r.id).values(
+            status=DrainStatus.WITHDRAWN.value, decided_by=actor, decided_at=now, decision_note=note, updated_at=now))
+        _advance_incident(conn, r.incident_id, State.SUSPECT, actor, now, f"drain {r.id} withdrawn: {note}",
+                          (State.DRAIN_RECOMMENDED,))
+        out.append(int(r.id))
+    return out
 
 
 def _target_of(row: Row[Any]) -> Target:

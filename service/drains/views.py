@@ -71,6 +71,8 @@ def post_approve(drain_id: int, engine: EngineDep, principal: OperateScope,
     if row.status == DrainStatus.BLOCKED:
         # Committed above: the recommendation now carries the verdict that refused it.
         raise Problem(409, "Drain no longer safe", row.verdict.get("summary"), verdict=row.verdict)
+    if row.status == DrainStatus.WITHDRAWN:  # committed above: its alert had resolved
+        raise Problem(409, "Drain withdrawn", row.decision_note, current=row.status, alert_state=row.alert_state)
     return DrainRead.model_validate(row)
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
+from service.alerts.service import resolve
 from service.api import auth
 from service.api.app import create_app
 from service.auth.service import create_token
@@ -16,6 +17,7 @@ from service.config import load_settings
 from service.detection.findings import Action, Cause, Finding, Severity
 from service.drains import service
 from service.drains.schemas import Target, TargetKind
+from service.pipeline import CycleOutcome, apply_cycle
 from tests.drains import SMALL, load_fabric, settings
 
 AT = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
@@ -115,3 +117,56 @@ def test_api_breaker_state_and_attributed_reset(client: TestClient, db: Engine) 
     assert client.post("/api/v1/drains/breaker/reset", headers=read).status_code == 403
     r = client.post("/api/v1/drains/breaker/reset", json={"note": "checked the fleet"}, headers=op).json()
     assert not r["tripped"] and r["reset_by"] == "operate-user" and r["reset_note"] == "checked the fleet"
+
+
+def _storm(i: int, flaps: int, port: str = "Ethernet1/5") -> Finding:
+    return Finding(kind="flap_storm", scope="link", device="leaf-p1-r0-01", port=port, lane=None,
+                   cause=Cause.FLAP_STORM, severity=Severity.PAGE, action=Action.DISABLE_PORT, state="firing",
+                   score=float(flaps), at_ms=int(AT.timestamp() * 1000) + i * 60_000,
+                   summary=f"link flap storm on leaf-p1-r0-01:{port}: {flaps} flaps in one poll step")
+
+
+def _cycle(db: Engine, i: int, *findings: Finding) -> CycleOutcome:
+    with db.begin() as conn:
+        return apply_cycle(conn, list(findings), int(AT.timestamp() * 1000) + i * 60_000)
+
+
+def test_a_cleared_alert_withdraws_its_drain_which_cannot_be_approved(client: TestClient, db: Engine) -> None:
+    load_fabric(db, **SMALL)
+    read, op = _h(db, "read"), _h(db, "operate")
+    _cycle(db, 0, _storm(0, 6))
+    _cycle(db, 1, _storm(1, 0))  # still firing on the way down: the drain keeps the storm's reason
+    (d,) = client.get("/api/v1/drains", headers=read).json()
+    assert d["status"] == "pending" and d["reason"].endswith(": 6 flaps in one poll step")
+    assert d["alert_state"] == "firing" and d["alert_id"] is not None
+    for i in (2, 3):
+        assert _cycle(db, i).withdrawn == []
+    out = _cycle(db, 4)  # the third cycle without the finding resolves the alert
+    assert out.changes.resolved == [d["alert_id"]] and out.withdrawn == [d["id"]]
+    (d,) = client.get("/api/v1/drains", headers=read).json()
+    assert (d["status"], d["alert_state"], d["decided_by"]) == ("withdrawn", "resolved", "fabricwatch")
+    assert datetime.fromisoformat(d["decided_at"]) == AT + timedelta(minutes=4)  # data time, kept as history
+    assert f"alert {d['alert_id']} (flap_storm/leaf-p1-r0-01:Ethernet1/5) resolved" in d["decision_note"]
+    assert "6 flaps" in d["reason"]
+    r = client.post(f"/api/v1/drains/{d['id']}/approve", headers=op)
+    assert r.status_code == 409 and r.headers["content-type"].startswith("application/problem+json")
+    assert r.json()["current"] == "withdrawn" and "its finding cleared" in r.json()["detail"]
+    assert client.get(f"/api/v1/incidents/{d['incident_id']}", headers=read).json()["state"] == "suspect"
+    # firing again: a new episode, a new recommendation; the withdrawn one stays as it was
+    _cycle(db, 5, _storm(5, 7))
+    rows = client.get("/api/v1/drains", headers=read).json()
+    assert [(x["status"], x["alert_state"]) for x in rows] == [("pending", "firing"), ("withdrawn", "firing")]
+
+
+def test_approving_a_drain_whose_alert_was_resolved_by_hand_withdraws_it(client: TestClient, db: Engine) -> None:
+    load_fabric(db, **SMALL)
+    _cycle(db, 0, _storm(0, 6, "Ethernet1/6"))
+    op = _h(db, "operate")
+    (d,) = client.get("/api/v1/drains", headers=op).json()
+    with db.begin() as conn:
+        resolve(conn=conn, alert_id=d["alert_id"], actor="alice", comment="reseated")
+    r = client.post(f"/api/v1/drains/{d['id']}/approve", headers=op)
+    assert r.status_code == 409 and r.json()["title"] == "Drain withdrawn" and r.json()["alert_state"] == "resolved"
+    assert "resolved" in r.json()["detail"] and "by alice" in r.json()["detail"]
+    d = client.get(f"/api/v1/drains/{d['id']}", headers=op).json()
+    assert d["status"] == "withdrawn" and d["decided_by"] == "operate-user"
