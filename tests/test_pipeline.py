@@ -58,3 +58,30 @@ def test_a_finding_with_uncomputable_evidence_still_alerts(db: Engine) -> None:
     with db.connect() as conn:
         evidence = conn.execute(text("SELECT evidence FROM alerts")).scalar_one()
     assert evidence[0]["value"] is None and evidence[0]["baseline"] is None
+
+
+def test_a_link_that_stays_down_pages_with_its_down_time_and_peer_and_drains_the_host(db: Engine) -> None:
+    spec = {**SPEC, "faults": [{"type": "flap_storm", "device": "host-p1-00001", "port": "eth1", "at": "20m",
+                                "duration": "1m", "ends": "down"}]}
+    _load(db, spec, 45)
+    times = list(range(int(T0 * 1000) + 10 * 60_000, int(T0 * 1000) + 45 * 60_000 + 1, 60_000))
+    live = [run_cycle(db, t) for t in times]  # the live path: detector state saved and restored each cycle
+    with db.connect() as conn:
+        rows = {r.kind: r for r in conn.execute(text("SELECT * FROM alerts"))}
+        drains = conn.execute(text("SELECT alert_id, action, commands FROM drain_recommendations")).all()
+    down = rows["link_down"]
+    assert (down.state, down.severity, down.cause, down.action) == ("firing", "page", "link_down", "check_link")
+    assert {(down.device, down.port), (down.peer_device, down.peer_port)} == {("host-p1-00001", "eth1"),
+                                                                              ("leaf-p1-r1-01", "Ethernet1/1")}
+    ev = {e["feature"]: e["value"] for e in down.evidence}
+    # down since the storm ended (20 m + 1 m), for 24 min at the last cycle (45 m)
+    assert ev["down_since_ms"] == int(T0 * 1000) + 21 * 60_000 and ev["down_for_s"] == 24 * 60
+    assert "oper-down since 2025-01-01 00:21:00Z (24 min)" in down.summary
+    # no "clean connectors" for the dark link: nothing optical, and the storm's alert gave way to link_down
+    assert not [k for k in rows if k.startswith("optical")], list(rows)
+    assert rows.get("flap_storm") is None or rows["flap_storm"].state == "resolved"
+    assert [(d.action, d.commands[0]["argv"][2]) for d in drains if d.alert_id == down.id] == [
+        ("slurm_drain", "NodeName=host-p1-00001")]  # the host lost a rail path: drain it
+    replay = replay_alerts(db, times[0], times[-1], 60_000)
+    assert [(o.at_ms, c.event) for o in replay for c in o.changes.changes] == [
+        (o.at_ms, c.event) for o in live for c in o.changes.changes]
