@@ -42,6 +42,36 @@ The counter width comes from the collector (`Sample.counter_bits`), which knows 
 type or the sysfs file; imported Prometheus text carries none, so a drop there is a reset.
 """
 
+_OPTICS = """
+## Optical readings: dark lane or no reading
+
+A module's DOM is a reading only when the module shows that it is powered and that its
+monitors were read: **some DOM value is not zero** (a supply voltage, a temperature, light or
+bias on some lane). Then:
+
+| what the module reports | what is stored |
+|---|---|
+| a lane at 0.0000 mW (`-inf dBm`) | `optic_rx_power_dbm` / `optic_tx_power_dbm` = -40 (a dark lane: the smallest power the EEPROM's 0.1 uW step can express; vendor CLIs print -40.00) |
+| a lane at 0 mA bias | `optic_tx_bias_amperes` = 0 (the laser is off) |
+| supply voltage 0 V | no `optic_voltage_volts` (the module has no Vcc monitor) |
+| temperature and voltage both exactly 0 next to live lanes | no `optic_temperature_celsius` (no module-level monitors; CMIS makes both optional) |
+
+Unused lanes of a live module stay dark lanes: a QSFP-DD 400G-XDR4 reports 8 host lanes and
+lanes 5-8 read 0.0000 mW, stored as -40 dBm next to lanes 1-4 with light.
+
+**No reading** (no DOM sample and no thresholds, the module identity kept, the reason in the
+collector warnings):
+
+- *all-zero DOM*: bias, Tx and Rx power, temperature and voltage all read 0. A powered module
+  always has a supply voltage or a temperature, so its monitors were not read (driver, page
+  select, a module still initialising) or do not exist. Storing it would report a dark
+  fibre and a dead laser on a link that may well be up.
+- *implausible DOM* (a bad EEPROM read): a non-zero supply voltage outside 2.5..4.0 V, a
+  temperature outside -50..150 C, or a negative power or bias.
+
+Which modules and drivers were checked against real captures: [devices.md](devices.md).
+"""
+
 
 def render() -> str:
     groups: dict[str, list[str]] = {}
@@ -53,4 +83,5 @@ def render() -> str:
         parts.append(f"\n## {group}\n\n| name | type | unit | labels | meaning |\n|---|---|---|---|---|\n")
         parts.append("\n".join(rows) + "\n")
     parts.append(_COUNTERS)
+    parts.append(_OPTICS)
     return "".join(parts)
