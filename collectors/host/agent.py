@@ -4,12 +4,20 @@ Every source is independent. One that fails (garbled output, a command that time
 missing file) becomes a warning naming the source and the reason, and the others still
 return samples; only when every source fails is the result an error. Where two sources give
 the same series (ethtool's physical-port bytes and the netdev bytes of the same interface,
-say) the earlier source in this order wins: ethtool -S, ethtool -m, RDMA sysfs, net sysfs,
-DCGM, NVML. So each series has one meaning, and the more complete counter is the one kept.
+say) the earlier source in this order wins: ethtool -S, ethtool -m, RDMA sysfs, `rdma
+statistic`, net sysfs, DCGM, NVML. So each series has one meaning, and the more complete
+counter is the one kept. One exception: receive drops for lack of a posted buffer
+(`port_out_of_buffer_total`) are counted by mlx5 in two disjoint halves, the netdev's queues
+(ethtool `rx_out_of_buffer`) and the RDMA QPs (hw_counters `out_of_buffer`); on a RoCE port
+both land on one series, so that series is their sum (with no counter width: a sum of two
+32-bit counters does not wrap at 2^32). The two RDMA sources count the same QPs and are
+never added together.
 
 Target params: `interfaces` (list of netdevs, or {netdev: port label}), `port_names`
 ({"mlx5_0/1": label}; default: discovered from sysfs gid_attrs), `sysfs_root`, `dcgm_url`,
-`nvml` (bool), `module_json` (bool: use `ethtool --json -m`), `budget_s` (whole-poll budget).
+`nvml` (bool), `module_json` (bool: use `ethtool --json -m`), `rdma_statistic` (bool: also
+run `rdma statistic show`, for hosts where the agent cannot read /sys/class/infiniband),
+`ethtool` / `rdma` (the command to run: a path or a wrapper), `budget_s` (whole-poll budget).
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import io
 import subprocess
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +39,7 @@ from collectors.host.ethtool_module import parse_ethtool_module
 from collectors.host.ethtool_stats import parse_ethtool_stats
 from collectors.host.net_sysfs import read_net_sysfs
 from collectors.host.nvml import collect_nvml
-from collectors.host.rdma_sysfs import discover_port_names, read_rdma_sysfs
+from collectors.host.rdma_sysfs import discover_port_names, parse_rdma_stat, read_rdma_sysfs
 from collectors.host.sysfs import sysfs_class_dir
 from service.telemetry.promtext import write_samples
 from service.telemetry.samples import Sample
@@ -70,6 +79,11 @@ def _rdma_port_names(params: dict[str, Any], root: Path, ifs: dict[str, str]) ->
 
 def _key(s: Sample) -> tuple[str, str | None, int | None, int | None, int | None]:
     return (s.metric, s.port, s.lane, s.priority, s.gpu)
+
+
+# Series whose netdev half and RDMA half are disjoint counts, added up (see the module doc).
+_NETDEV_PLUS_RDMA = frozenset({"port_out_of_buffer_total"})
+_RDMA_SOURCES = ("rdma sysfs", "rdma statistic")
 
 
 @register("host")
@@ -112,6 +126,11 @@ def collect_host(
     if sysfs_class_dir(root, "infiniband").is_dir():
         sources.append(("rdma sysfs", lambda: read_rdma_sysfs(
             root, device=dev, ts_ms=ts, port_names=_rdma_port_names(params, root, ifs), warnings=warnings)))
+    if params.get("rdma_statistic"):
+        rdma_cmd = [str(params.get("rdma") or "rdma"), "statistic", "show"]
+        sources.append(("rdma statistic", lambda: parse_rdma_stat(
+            runner(rdma_cmd, target.timeout_s), device=dev, ts_ms=ts, source=" ".join(rdma_cmd),
+            port_names=_rdma_port_names(params, root, ifs))))
     sources.append(("net sysfs", lambda: read_net_sysfs(
         root, device=dev, ts_ms=ts, interfaces=list(ifs) or None, port_names=ifs, warnings=warnings)))
     if params.get("dcgm_url"):
@@ -120,7 +139,9 @@ def collect_host(
     if params.get("nvml"):
         sources.append(("nvml", lambda: collect_nvml(device=dev, ts_ms=ts, warnings=warnings)))
 
-    samples, seen, ok = [], set(), 0
+    samples: list[Sample] = []
+    seen: dict[tuple, tuple[int, set[bool]]] = {}  # series -> (index in samples, halves: is it RDMA?)
+    ok = 0
     for name, fetch in sources:
         if time.monotonic() - t0 > budget_s:
             warnings.append(f"{name}: skipped, the host poll used up its {budget_s:g} s budget")
@@ -138,11 +159,17 @@ def collect_host(
             warnings.append(msg if msg.startswith(name) else f"{name}: {msg}")
             continue
         ok += 1
+        rdma = name in _RDMA_SOURCES
         for s in got:
             k = _key(s)
             if k not in seen:
-                seen.add(k)
+                seen[k] = (len(samples), {rdma})
                 samples.append(s)
+            elif s.metric in _NETDEV_PLUS_RDMA and rdma not in seen[k][1]:
+                i, halves = seen[k]
+                halves.add(rdma)
+                samples[i] = replace(samples[i], value=samples[i].value + s.value, counter_bits=None,
+                                     saturating=False)
     error = None
     if ok == 0:
         error = f"all {len(sources)} host sources failed: " + "; ".join(warnings)

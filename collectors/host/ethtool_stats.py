@@ -1,4 +1,4 @@
-"""`ethtool -S IF` text -> canonical samples, for mlx5, bnxt_en, i40e/ice, mlxsw and Cumulus switchd.
+"""`ethtool -S IF` text -> canonical samples, for mlx5, bnxt_en, i40e/ice, ixgbe, mlxsw and Cumulus switchd.
 
 We parse the text form because `ethtool --json -S` fails on ethtool 6.1. The format is a
 "NIC statistics:" header followed by `name: value` lines; bnxt_en prefixes per-queue lines
@@ -13,7 +13,11 @@ Choices that matter:
 - i40e `port.rx_bytes` & co. are 48-bit hardware counters that the driver lets wrap (the
   captured fixture shows `port.tx_bytes` < `tx_bytes` by ~2 x 2**48), so for i40e we use the
   64-bit software totals instead.
-- Pause durations are microseconds on mlx5, mlxsw and bnxt (`*_duration_us`); we emit seconds.
+- Pause durations are microseconds on mlx5 (per priority and global), mlxsw and bnxt
+  (`*_duration_us`); we emit seconds.
+- Receive drops for lack of a posted buffer (mlx5 `rx_out_of_buffer`, bnxt
+  `rx_total_ring_discards`, ixgbe `rx_no_dma_resources`) are `port_out_of_buffer_total`: the
+  NIC had the packet and the host had no room for it, unlike a discard on the wire side.
 - When several names give one canonical series, the lowest rank wins; names of one rank that
   map to one series are summed (e.g. ucast+mcast+bcast packets).
 """
@@ -70,6 +74,10 @@ _RULES: tuple[_Rule, ...] = (
     _r(r"tx_(?:unicast|multicast|broadcast)\.nic", "port_tx_packets_total"),
     _r(r"rx_total_frames", "port_rx_packets_total", 1),  # bnxt port stats
     _r(r"tx_total_frames", "port_tx_packets_total", 1),
+    _r(r"rx_bytes_nic", "port_rx_bytes_total", 1),  # ixgbe hardware (GORC/GPRC) totals
+    _r(r"tx_bytes_nic", "port_tx_bytes_total", 1),
+    _r(r"rx_pkts_nic", "port_rx_packets_total", 1),
+    _r(r"tx_pkts_nic", "port_tx_packets_total", 1),
     _r(r"rx_bytes", "port_rx_bytes_total", 5),  # software (bnxt: port) totals
     _r(r"tx_bytes", "port_tx_bytes_total", 5),
     _r(r"rx_packets", "port_rx_packets_total", 5),
@@ -92,6 +100,7 @@ _RULES: tuple[_Rule, ...] = (
     _r(r"tx_stat_discard", "port_tx_discards_total"),
     _r(r"port\.rx_dropped", "port_rx_discards_total"),  # i40e
     _r(r"rx_dropped\.nic", "port_rx_discards_total"),  # ice
+    _r(r"rx_missed_errors", "port_rx_discards_total", 1),  # ixgbe/igb: Rx packet buffer full (MPC)
     _r(r"rx_dropped", "port_rx_discards_total", 5),
     _r(r"tx_dropped", "port_tx_discards_total", 5),
     _r(r"rx_errors_phy", "port_rx_errors_total"),
@@ -138,9 +147,15 @@ _RULES: tuple[_Rule, ...] = (
     _r(rf"port\.tx_priority_{_P}_xoff_tx", "port_pfc_tx_pause_frames_total"),
     _r(rf"rx_priority_{_P}_xoff(?:\.nic)?", "port_pfc_rx_pause_frames_total"),  # ice
     _r(rf"tx_priority_{_P}_xoff(?:\.nic)?", "port_pfc_tx_pause_frames_total"),
+    _r(rf"rx_pb_{_P}_pxoff", "port_pfc_rx_pause_frames_total"),  # ixgbe (per user priority)
+    _r(rf"tx_pb_{_P}_pxoff", "port_pfc_tx_pause_frames_total"),
     # --- global (802.3x) pause ---
     _r(r"rx_global_pause", "port_rx_pause_frames_total"),  # mlx5
     _r(r"tx_global_pause", "port_tx_pause_frames_total"),
+    _r(r"rx_global_pause_duration", "port_rx_pause_seconds_total", 0, _US),
+    _r(r"tx_global_pause_duration", "port_tx_pause_seconds_total", 0, _US),
+    _r(r"rx_flow_control_xoff", "port_rx_pause_frames_total"),  # ixgbe
+    _r(r"tx_flow_control_xoff", "port_tx_pause_frames_total"),
     _r(r"rx_pause_ctrl_phy", "port_rx_pause_frames_total", 1),
     _r(r"tx_pause_ctrl_phy", "port_tx_pause_frames_total", 1),
     _r(r"a_pause_mac_ctrl_frames_received", "port_rx_pause_frames_total"),  # mlxsw
@@ -153,6 +168,10 @@ _RULES: tuple[_Rule, ...] = (
     # --- pause storm prevention (mlx5) ---
     _r(r"tx_pause_storm_warning_events", "port_pause_storm_warning_events_total"),
     _r(r"tx_pause_storm_error_events", "port_pause_storm_error_events_total"),
+    # --- receive drops for lack of host buffers (a posted WQE / descriptor) ---
+    _r(r"rx_out_of_buffer", "port_out_of_buffer_total"),  # mlx5 netdev queues (RDMA QPs: hw_counters)
+    _r(r"rx_total_ring_discards", "port_out_of_buffer_total"),  # bnxt: sum of the rings' rx_discards
+    _r(r"rx_no_dma_resources", "port_out_of_buffer_total"),  # ixgbe: no free Rx descriptor (QPRDC)
     # --- egress queue drops (mlxsw per traffic class) ---
     _r(r"tc_no_buffer_discard_uc_tc_(?P<prio>\d+)", "port_queue_drops_total"),
 )

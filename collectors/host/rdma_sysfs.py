@@ -3,7 +3,9 @@
 Sources, all mapped to the same canonical metrics:
 - sysfs `ports/N/counters/*` (IB PMA PortCounters), `counters_ext/*` (legacy mlx4 64-bit
   copies, used only where `counters/` lacks the value) and `hw_counters/*` (RoCE: ECN, CNP,
-  out-of-sequence, out-of-buffer);
+  out-of-sequence, out-of-buffer, and the RC transport's loss and retransmit signals (ACK
+  timeouts, NAK sequence errors, RNR NAKs, duplicate requests, ICRC errors, adaptive
+  retransmissions) and completion errors (CQE errors and flushes));
 - `show_counters`-style `name: value` dumps of hw_counters, `rdma statistic show link` text
   and `perfquery -x` text.
 
@@ -16,8 +18,9 @@ Counter widths, so deltas treat wraps and saturation right:
   2**32-1 proves 64 bit, exactly 2**32-1 proves a saturated 32-bit one, otherwise unknown.
 - Data counters count 4-byte words; we emit bytes (x4), and leave the width unset for them
   because a byte value no longer has a power-of-two range.
-- mlx5 Q counters (out_of_sequence, out_of_buffer) are 32-bit (mlx5_ifc query_q_counter_out)
-  and wrap; congestion counters (np_*/rp_*) are 64-bit.
+- mlx5 Q counters (out_of_sequence, out_of_buffer, the retransmit and CQE error counters)
+  are 32-bit (mlx5_ifc query_q_counter_out) and wrap; congestion counters (np_*/rp_*) and
+  rx_icrc_encapsulated (a PPCNT high/low pair) are 64-bit.
 """
 
 from __future__ import annotations
@@ -66,8 +69,28 @@ HW_COUNTERS: dict[str, _Def] = {
     "np_ecn_marked_roce_packets": _Def("port_ecn_marked_packets_total", 64),
     "np_cnp_sent": _Def("port_cnp_sent_total", 64),
     "rp_cnp_handled": _Def("port_cnp_handled_total", 64),
-    "out_of_sequence": _Def("port_out_of_sequence_total", 32),
-    "out_of_buffer": _Def("port_out_of_buffer_total", 32),
+    "rx_icrc_encapsulated": _Def("port_icrc_errors_total", 64),  # PPCNT extended group, high/low words
+    **{name: _Def(metric, 32) for name, metric in (  # Q counters
+        ("out_of_sequence", "port_out_of_sequence_total"),
+        ("out_of_buffer", "port_out_of_buffer_total"),
+        ("local_ack_timeout_err", "port_local_ack_timeouts_total"),
+        ("packet_seq_err", "port_nak_sequence_errors_total"),
+        ("implied_nak_seq_err", "port_implied_nak_sequence_errors_total"),
+        ("rnr_nak_retry_err", "port_rnr_naks_total"),
+        ("duplicate_request", "port_duplicate_requests_total"),
+        ("roce_adp_retrans", "port_adaptive_retransmits_total"),
+        ("roce_adp_retrans_to", "port_adaptive_retransmit_timeouts_total"),
+        ("req_transport_retries_exceeded", "port_transport_retries_exceeded_total"),
+        ("req_rnr_retries_exceeded", "port_rnr_retries_exceeded_total"),
+        ("req_cqe_error", "port_requester_cqe_errors_total"),
+        ("resp_cqe_error", "port_responder_cqe_errors_total"),
+        ("req_cqe_flush_error", "port_requester_cqe_flush_errors_total"),
+        ("resp_cqe_flush_error", "port_responder_cqe_flush_errors_total"),
+        ("req_remote_access_errors", "port_requester_remote_access_errors_total"),
+        ("req_remote_invalid_request", "port_requester_remote_invalid_request_errors_total"),
+        ("resp_remote_access_errors", "port_responder_remote_access_errors_total"),
+        ("resp_local_length_error", "port_responder_local_length_errors_total"),
+    )},
 }
 _DIRS: dict[str, dict[str, _Def]] = {"counters": _PMA, "counters_ext": _EXT, "hw_counters": HW_COUNTERS}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -70,6 +71,66 @@ def test_all_sources_with_one_timeout_and_one_bad_module() -> None:
     assert any(w.startswith("ethtool -S ens1f1np1: timed out after 2 s") for w in res.warnings)
     assert any(w.startswith("ethtool -m ens1f1np1:") and "implausible DOM" in w for w in res.warnings)
     assert all(s.ts_ms == 1_700_000_000_000 and s.device == "gpu1" for s in res.samples)
+
+
+RDMA_STAT = (FIXTURES / "rdma_sysfs" / "cn_notes_mlx5_rdma_statistic_show_4links_nonzero_cqe_errors.txt").read_text()
+MLX5_OOB = (FIXTURES / "ethtool_stats" / "lore_bpf_20240619_mlx5_kernel5.15_xdp_nonzero_ethtool_S.txt").read_text()
+
+
+def test_rdma_statistic_is_an_optional_source(tmp_path: Path) -> None:
+    """A containerised agent without /sys/class/infiniband still gets the RoCE loss and CQE errors."""
+    calls: list[list[str]] = []
+
+    def runner(cmd: list[str], timeout_s: float) -> str:
+        calls.append(cmd)
+        if cmd == ["/opt/mellanox/iproute2/sbin/rdma", "statistic", "show"]:
+            return RDMA_STAT
+        raise FileNotFoundError(cmd[0])
+
+    res = collect_host(target(rdma_statistic=True, rdma="/opt/mellanox/iproute2/sbin/rdma",
+                              port_names={"mlx5_0/1": "eth01"}), now_ms=1, run=runner, sysfs_root=tmp_path)
+    assert res.ok, res.error
+    got = index(res.samples)
+    assert got[("port_responder_cqe_errors_total", "eth01", None, None)] == 1009
+    assert got[("port_requester_cqe_flush_errors_total", "eth01", None, None)] == 11
+    assert got[("port_out_of_buffer_total", "eth01", None, None)] == 135
+    assert got[("port_icrc_errors_total", "mlx5_3/1", None, None)] == 0  # unmapped links keep DEV/PORT
+    # without the param the command is never run
+    calls.clear()
+    collect_host(target(), now_ms=1, run=runner, sysfs_root=tmp_path)
+    assert not any(c[-2:] == ["statistic", "show"] for c in calls)
+
+
+def test_rdma_statistic_missing_tool_is_a_warning(tmp_path: Path) -> None:
+    def runner(cmd: list[str], timeout_s: float) -> str:
+        raise FileNotFoundError(2, "No such file or directory", cmd[0])
+
+    res = collect_host(target(interfaces=["lo"], rdma_statistic=True), now_ms=1, run=runner, sysfs_root=ROCE)
+    assert res.ok
+    assert "rdma statistic: not found: rdma" in res.warnings
+
+
+def test_out_of_buffer_adds_the_netdev_and_rdma_halves_once(tmp_path: Path) -> None:
+    """mlx5 counts receive-buffer drops of the netdev queues and of the RDMA QPs apart: one port, their sum."""
+    roce = tmp_path / "r"
+    shutil.copytree(ROCE, roce)
+    (roce / "sys/class/infiniband/mlx5_0/ports/1/hw_counters/out_of_buffer").write_text("135\n")
+
+    def runner(cmd: list[str], timeout_s: float) -> str:
+        if cmd[1] == "-S":
+            return MLX5_OOB  # rx_out_of_buffer: 990473555
+        if cmd[1] == "statistic":
+            return RDMA_STAT  # its mlx5_0/1 is the sysfs tree's mlx5_0/1, named ens1f0np0 by gid_attrs
+        raise subprocess.TimeoutExpired(cmd, timeout_s)
+
+    res = collect_host(target(interfaces=["ens1f0np0"], rdma_statistic=True), now_ms=1, run=runner, sysfs_root=roce)
+    oob = [s for s in res.samples if s.metric == "port_out_of_buffer_total" and s.port == "ens1f0np0"]
+    assert len(oob) == 1
+    # netdev 990473555 + RDMA QPs 135; `rdma statistic` repeats the sysfs 135 and is not added again
+    assert oob[0].value == 990473555 + 135 and oob[0].counter_bits is None
+    # other series keep the first source's value and width
+    cqe = [s for s in res.samples if s.metric == "port_responder_cqe_errors_total" and s.port == "ens1f0np0"]
+    assert [(s.value, s.counter_bits) for s in cqe] == [(3293504, 32)]  # sysfs (show_counters values)
 
 
 def test_sysfs_root_may_be_the_sysfs_mount_or_a_root_holding_sys() -> None:

