@@ -274,6 +274,8 @@ def host_collect(
     sysfs_root: Annotated[Path, typer.Option(help="Root of /sys (tests use fixture trees).")] = Path("/"),
     dcgm_url: Annotated[str | None, typer.Option(help="dcgm-exporter URL, if one runs here.")] = None,
     nvml: Annotated[bool, typer.Option(help="Read NVLink errors and XIDs through NVML.")] = False,
+    rdma_statistic: Annotated[bool, typer.Option(
+        help="Also run `rdma statistic show` (RDMA counters where /sys/class/infiniband is not readable).")] = False,
     token_env: Annotated[str, typer.Option(help="Environment variable holding an 'ingest' token.")] =
         "FABRICWATCH_TOKEN",
 ) -> None:
@@ -283,7 +285,8 @@ def host_collect(
     from collectors.base import Target
     from collectors.host import PushError, collect_host, push_samples
 
-    params: dict[str, object] = {"interfaces": interface or [], "sysfs_root": str(sysfs_root), "nvml": nvml}
+    params: dict[str, object] = {"interfaces": interface or [], "sysfs_root": str(sysfs_root), "nvml": nvml,
+                                 "rdma_statistic": rdma_statistic}
     if dcgm_url:
         params["dcgm_url"] = dcgm_url
     result = collect_host(Target(name=f"{device}/host", device=device, protocol="host", params=params),
