@@ -6,11 +6,12 @@ stops start-up with one line naming the setting, never a traceback.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -19,6 +20,13 @@ from pydantic_settings import (
 )
 
 ENV_PREFIX = "FABRICWATCH_"
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def networks(spec: str) -> list[Network]:
+    """'10.0.0.0/8, 2001:db8::1' as networks; ValueError naming a bad entry."""
+    return [ipaddress.ip_network(item, strict=False) for item in (s.strip() for s in spec.split(",")) if item]
 
 
 class SettingsError(RuntimeError):
@@ -38,7 +46,10 @@ class Settings(BaseSettings):
     retention_days: int = Field(default=30, ge=1, le=3650)
     partition_days_ahead: int = Field(default=3, ge=1, le=60)
     ingest_batch_rows: int = Field(default=50_000, ge=100, le=5_000_000)
-    max_body_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
+    max_body_bytes: int = Field(default=256 * 1024 * 1024, ge=1024,
+                                description="largest import body (JSON endpoints take 1 MiB; service/api/limits.py)")
+    trusted_proxies: str = Field(default="", description="CIDRs of reverse proxies whose X-Forwarded-For names the "
+                                 "client (keys the bad-token throttle); empty: the peer is the client")
     counters_interval_s: float = Field(default=10.0, gt=0)
     optics_interval_s: float = Field(default=60.0, gt=0)
     state_interval_s: float = Field(default=30.0, gt=0)
@@ -71,6 +82,12 @@ class Settings(BaseSettings):
     rollup_max_chunks: int = Field(default=24, ge=1, le=10_000, description="chunks (1 h of 5m, 1 d of 1h) per run")
     series_5m_after_s: float = Field(default=6 * 3600.0, gt=0, description="ranges longer than this read 5m rollups")
     series_1h_after_s: float = Field(default=7 * 86400.0, gt=0, description="ranges longer than this read 1h rollups")
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _cidrs(cls, v: str) -> str:
+        networks(v)  # a bad entry stops start-up, named
+        return v
 
     @classmethod
     def settings_customise_sources(

@@ -12,6 +12,7 @@ from fastapi_offline import FastAPIOffline
 from service import events
 from service.alerts import views as alert_views
 from service.api import health, problems
+from service.api.auth import Authenticate
 from service.api.limits import BodyLimit
 from service.auth import views as auth_views
 from service.config import Settings, get_settings
@@ -53,7 +54,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = get_engine(settings.database_url)
     problems.install(app)
+    # The last added runs first: the token is checked before the body limit, and both before any body is read.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(Authenticate, settings=settings, engine=app.state.engine)
 
     @app.middleware("http")
     async def _timing(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:

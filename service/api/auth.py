@@ -1,53 +1,187 @@
 """Bearer-token authentication and scope checks for every endpoint.
 
-Use `Depends(require("read"|"operate"|"admin"))` on a route or router. With
-`auth_required=false` (a throwaway local experiment; the demo keeps auth on) every request acts as an
-anonymous admin.
-Repeated invalid tokens from one client address are slowed down with 429s.
+`Authenticate` (pure ASGI middleware) checks the token of every `/api/v1` request before any body is
+read: a request without a valid token is answered 401 at the cost of one indexed lookup, whatever it
+was about to upload. The route then checks its scope with `Depends(require("read"|"operate"|"admin"))`.
+With `auth_required=false` (a throwaway local experiment; the demo keeps auth on) every request acts as
+an anonymous admin.
+
+The same bad token presented again and again by one client (a browser tab with a stale token, a
+misconfigured agent) is answered 429 with Retry-After after `MAX_FAILURES` failures in `WINDOW_S`,
+without a database lookup. The throttle is keyed by the client's address and a digest of the whole
+presented token, so a valid token is never refused with 429 (it has never failed), and clients behind
+one proxy do not lock each other out; `FABRICWATCH_TRUSTED_PROXIES` names the proxies whose
+X-Forwarded-For gives the client's address. It is per process and holds at most `MAX_KEYS` keys
+(least recently failed dropped first). Guessing a token (32 random bytes) is hopeless anyway; the
+throttle only stops a stuck client from costing a lookup per request for ever.
 """
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
+import math
 import time
-from collections import defaultdict, deque
-from collections.abc import Callable
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.api.problems import Problem
+from service.api.problems import Problem, database_unavailable, problem_response_for
 from service.auth.service import ANONYMOUS_ADMIN, Principal, verify_token
+from service.config import Network, Settings, networks
 
-_FAILURE_WINDOW_S = 60.0
-_MAX_FAILURES = 20
-_failures: dict[str, deque[float]] = defaultdict(deque)
-
-
-def _too_many_failures(client: str) -> bool:
-    q = _failures[client]
-    now = time.monotonic()
-    while q and now - q[0] > _FAILURE_WINDOW_S:
-        q.popleft()
-    return len(q) >= _MAX_FAILURES
+API_PREFIX = "/api/v1"
+WINDOW_S = 60.0
+MAX_FAILURES = 20
+MAX_KEYS = 4096
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
-def current_principal(request: Request) -> Principal:
-    if not request.app.state.settings.auth_required:
+class FailureThrottle:
+    """Failed authentications per key in a sliding window; an LRU map of at most `max_keys` keys."""
+
+    def __init__(self, *, max_failures: int = MAX_FAILURES, window_s: float = WINDOW_S,
+                 max_keys: int = MAX_KEYS) -> None:
+        self.max_failures, self.window_s, self.max_keys = max_failures, window_s, max_keys
+        self._keys: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def clear(self) -> None:
+        self._keys.clear()
+
+    def retry_after(self, key: str) -> int | None:
+        """Seconds until `key` may try again, or None when it is not throttled."""
+        q = self._keys.get(key)
+        if q is None:
+            return None
+        now = time.monotonic()
+        while q and now - q[0] > self.window_s:
+            q.popleft()
+        if not q:
+            del self._keys[key]
+            return None
+        if len(q) < self.max_failures:
+            return None
+        return max(1, math.ceil(self.window_s - (now - q[0])))
+
+    def fail(self, key: str) -> None:
+        q = self._keys.pop(key, None)
+        if q is None:
+            q = deque(maxlen=self.max_failures)  # only the newest max_failures times matter
+        q.append(time.monotonic())
+        self._keys[key] = q  # most recent last
+        while len(self._keys) > self.max_keys:
+            self._keys.popitem(last=False)
+
+
+# One per process (every app in it shares it, like the process's sockets).
+_failures = FailureThrottle()
+
+
+def _in(address: str, networks: Sequence[Network]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in n for n in networks)
+
+
+def client_address(peer: str, forwarded_for: str | None, trusted: Sequence[Network]) -> str:
+    """The client's address: the peer, or, when the peer is a trusted proxy, the nearest address in its
+    X-Forwarded-For that is not itself a trusted proxy (the rightmost entries are the ones proxies added)."""
+    if not trusted or not forwarded_for or not _in(peer, trusted):
+        return peer
+    hops = [h.strip() for h in forwarded_for.split(",") if h.strip()]
+    for hop in reversed(hops):
+        if not _in(hop, trusted):
+            return hop
+    return hops[0] if hops else peer
+
+
+def _bearer(authorization: str) -> str | None:
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+def authenticate(*, settings: Settings, engine: Engine, trusted: Sequence[Network], authorization: str,
+                 peer: str, forwarded_for: str | None) -> Principal:
+    """The principal of a request's Authorization header, or a 401/429 Problem. Runs a query: call from a thread."""
+    if not settings.auth_required:
         return ANONYMOUS_ADMIN
-    client = request.client.host if request.client else "unknown"
-    if _too_many_failures(client):
-        raise Problem(429, "Too many failed authentications", "retry later")
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token:
+    token = _bearer(authorization)
+    if token is None:
         # No token is not a guess at one: only presented, invalid tokens count towards the limit.
-        raise Problem(401, "Authentication required", "send 'Authorization: Bearer <token>'")
-    with request.app.state.engine.begin() as conn:
-        principal = verify_token(conn, token.strip())
+        raise Problem(401, "Authentication required", "send 'Authorization: Bearer <token>'", headers=_CHALLENGE)
+    client = client_address(peer, forwarded_for, trusted)
+    key = f"{client} {hashlib.sha256(token.encode()).hexdigest()[:16]}"
+    wait = _failures.retry_after(key)
+    if wait is not None:
+        raise Problem(429, "Too many failed authentications",
+                      f"this token was refused {_failures.max_failures} times in {_failures.window_s:.0f} s; "
+                      f"retry in {wait} s, with a valid token", headers={"Retry-After": str(wait)})
+    with engine.begin() as conn:
+        principal = verify_token(conn, token)
     if principal is None:
-        _failures[client].append(time.monotonic())
-        raise Problem(401, "Invalid token", "the token is unknown or revoked")
+        _failures.fail(key)
+        raise Problem(401, "Invalid token", "the token is unknown or revoked", headers=_CHALLENGE)
     return principal
+
+
+class Authenticate:
+    """Authenticate `/api/v1` requests before anything reads their body; the principal goes in scope['state']."""
+
+    def __init__(self, app: ASGIApp, settings: Settings, engine: Engine) -> None:
+        self.app, self.settings, self.engine = app, settings, engine
+        self.trusted = networks(settings.trusted_proxies)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not (path == API_PREFIX or path.startswith(API_PREFIX + "/")):
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
+        peer = scope["client"][0] if scope.get("client") else "unknown"
+        try:
+            principal = await run_in_threadpool(
+                authenticate, settings=self.settings, engine=self.engine, trusted=self.trusted,
+                authorization=headers.get("authorization", ""), peer=peer,
+                forwarded_for=headers.get("x-forwarded-for"))
+        except Problem as problem:
+            await problem_response_for(problem)(scope, receive, send)
+            return
+        except OperationalError:  # the token could not be looked up: 503, as when a route meets this
+            await database_unavailable()(scope, receive, send)
+            return
+        scope.setdefault("state", {})["principal"] = principal
+        await self.app(scope, receive, send)
+
+
+# Declares the Bearer scheme in the OpenAPI document (Swagger UI's "Authorize"); the check is above.
+_bearer_scheme = HTTPBearer(auto_error=False, description="an API token: `fabricwatch token create`")
+
+
+def current_principal(request: Request,
+                      _: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer_scheme)] = None
+                      ) -> Principal:
+    principal = request.scope.get("state", {}).get("principal")
+    if principal is not None:
+        return principal
+    # A route outside /api/v1 (none so far) that asks for a scope: authenticate here, the same way.
+    settings = request.app.state.settings
+    return authenticate(settings=settings, engine=request.app.state.engine, trusted=networks(settings.trusted_proxies),
+                        authorization=request.headers.get("authorization", ""),
+                        peer=request.client.host if request.client else "unknown",
+                        forwarded_for=request.headers.get("x-forwarded-for"))
 
 
 def require(scope: str) -> Callable[..., Principal]:

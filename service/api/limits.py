@@ -1,18 +1,44 @@
-"""Request body limits for every endpoint: a body over `max_body_bytes` gets 413, read or streamed.
+"""Request body limits per route, enforced before and while a body is read: 413 problem+json.
 
-The import endpoint checks its own (larger, gzip-aware) limit; this guard covers the JSON
-endpoints, which would otherwise read any body whole before validation.
+- The import endpoints (`LARGE_BODY_PATHS`: Prometheus text and nccl-tests output) take up to
+  `FABRICWATCH_MAX_BODY_BYTES` (256 MiB by default). The Prometheus import also limits its gzip-decompressed
+  size to the same number (service/telemetry/views.py).
+- Every other endpoint (JSON bodies, or none) takes up to `JSON_MAX_BODY_BYTES` (1 MiB), or
+  `FABRICWATCH_MAX_BODY_BYTES` where that is smaller.
+
+A declared Content-Length over the limit is refused before a byte of the body is read. A body without one
+(chunked) is counted as it streams and refused at the first chunk past the limit, so a request never holds
+more than the limit plus one chunk. Authentication (service/api/auth.py) runs before this, so a client
+without a valid token gets its 401 without any of its body being read.
 """
 
 from __future__ import annotations
 
-import json
-
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.problems import problem_response
 
-class _TooLarge(Exception):
-    pass
+JSON_MAX_BODY_BYTES = 1024 * 1024
+LARGE_BODY_PATHS = frozenset({"/api/v1/import/prometheus", "/api/v1/nccl"})
+
+
+class BodyTooLarge(HTTPException):
+    """Raised from the counting receive; an HTTPException so FastAPI's body parsing passes it on as is."""
+
+    title = "Body too large"
+
+    def __init__(self, limit: int, declared: int | None = None) -> None:
+        size = "body" if declared is None else f"body of {declared} bytes"
+        detail = f"{size} exceeds the limit of {limit} bytes for this endpoint"
+        super().__init__(413, detail)
+
+
+def body_limit(path: str, max_body_bytes: int) -> int:
+    """The largest body `path` accepts."""
+    if path.rstrip("/") in LARGE_BODY_PATHS:
+        return max_body_bytes
+    return min(JSON_MAX_BODY_BYTES, max_body_bytes)
 
 
 class BodyLimit:
@@ -23,9 +49,10 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = body_limit(scope.get("path", ""), self.max_bytes)
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(send, f"body of {int(declared)} bytes exceeds the limit of {self.max_bytes} bytes")
+        if declared and declared.isdigit() and int(declared) > limit:
+            await self._refuse(scope, receive, send, BodyTooLarge(limit, int(declared)))
             return
         seen = 0
         started = False
@@ -35,8 +62,8 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge
+                if seen > limit:
+                    raise BodyTooLarge(limit)
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -46,15 +73,10 @@ class BodyLimit:
 
         try:
             await self.app(scope, counting_receive, tracking_send)
-        except _TooLarge:
+        except BodyTooLarge as exc:  # the app's own handlers answer it first; this is for those that do not
             if not started:
-                await self._refuse(send, f"body exceeds the limit of {self.max_bytes} bytes")
+                await self._refuse(scope, receive, send, exc)
 
     @staticmethod
-    async def _refuse(send: Send, detail: str) -> None:
-        body = json.dumps({"type": "about:blank", "title": "Body too large", "status": 413,
-                           "detail": detail}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/problem+json"),
-                                (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+    async def _refuse(scope: Scope, receive: Receive, send: Send, exc: BodyTooLarge) -> None:
+        await problem_response(413, exc.title, exc.detail)(scope, receive, send)

@@ -14,19 +14,27 @@ PROBLEM_TYPE = "application/problem+json"
 
 
 class Problem(Exception):
-    """Raise to answer with a problem document. `extra` adds members (e.g. line, report)."""
+    """Raise to answer with a problem document. `extra` adds members (e.g. line, report); `headers`
+    response headers (Retry-After, WWW-Authenticate)."""
 
-    def __init__(self, status: int, title: str, detail: str | None = None, **extra: Any) -> None:
+    def __init__(self, status: int, title: str, detail: str | None = None, *,
+                 headers: dict[str, str] | None = None, **extra: Any) -> None:
         self.status, self.title, self.detail, self.extra = status, title, detail, extra
+        self.headers = headers or {}
         super().__init__(detail or title)
 
 
-def problem_response(status: int, title: str, detail: str | None = None, **extra: Any) -> JSONResponse:
+def problem_response(status: int, title: str, detail: str | None = None, *,
+                     headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
     body: dict[str, Any] = {"type": "about:blank", "title": title, "status": status}
     if detail:
         body["detail"] = detail
     body.update(extra)
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_TYPE)
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_TYPE, headers=headers)
+
+
+def problem_response_for(exc: Problem) -> JSONResponse:
+    return problem_response(exc.status, exc.title, exc.detail, headers=exc.headers, **exc.extra)
 
 
 def invalid_param(name: str, msg: str, where: str = "query") -> Problem:
@@ -34,14 +42,24 @@ def invalid_param(name: str, msg: str, where: str = "query") -> Problem:
     return Problem(422, "Invalid request", f"{where}.{name}: {msg}", errors=[{"loc": [where, name], "msg": msg}])
 
 
+def database_unavailable() -> JSONResponse:
+    # The database restarting or unreachable: nothing was written; the client should retry.
+    return problem_response(503, "Database unavailable", "retry shortly; nothing was written",
+                            headers={"Retry-After": "5"})
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(Problem)
     async def _problem(_: Request, exc: Problem) -> JSONResponse:
-        return problem_response(exc.status, exc.title, exc.detail, **exc.extra)
+        return problem_response_for(exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return problem_response(exc.status_code, str(exc.detail) if exc.detail else "error")
+        # A subclass may name its title (limits.BodyTooLarge); Starlette's own carry only a detail.
+        title = getattr(exc, "title", None)
+        if title:
+            return problem_response(exc.status_code, title, str(exc.detail), headers=exc.headers)
+        return problem_response(exc.status_code, str(exc.detail) if exc.detail else "error", headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -58,10 +76,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(OperationalError)
     async def _database_away(_: Request, exc: OperationalError) -> JSONResponse:
-        # The database restarting or unreachable: nothing was written; the client should retry.
-        response = problem_response(503, "Database unavailable", "retry shortly; nothing was written")
-        response.headers["Retry-After"] = "5"
-        return response
+        return database_unavailable()
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -62,8 +62,8 @@ def test_repeated_bad_tokens_get_429_problem(db_url: str) -> None:
     api_auth._failures.clear()
     with TestClient(app) as client:
         codes = [client.get("/api/v1/targets", headers={"authorization": "Bearer fw_wrong"}).status_code
-                 for _ in range(api_auth._MAX_FAILURES + 2)]
+                 for _ in range(api_auth.MAX_FAILURES + 2)]
         last = client.get("/api/v1/targets", headers={"authorization": "Bearer fw_wrong"})
     api_auth._failures.clear()
-    assert codes[:api_auth._MAX_FAILURES] == [401] * api_auth._MAX_FAILURES
+    assert codes[:api_auth.MAX_FAILURES] == [401] * api_auth.MAX_FAILURES
     assert last.status_code == 429 and last.headers["content-type"] == "application/problem+json"
