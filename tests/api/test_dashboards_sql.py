@@ -1,24 +1,27 @@
 """Every panel query of our Grafana dashboards runs against real PostgreSQL holding simulated data
 and returns rows. Grafana's macros are expanded by `expand` below, the way Grafana's PostgreSQL
 data source expands them (see docs/dashboards.md); panels on the alerts, drains, incidents and NCCL tables
-get rows through those domains' own service functions, and are skipped only if those have not landed.
-Template variables that are queries (kpis.json's $test and $scope) are answered by the database, as
-Grafana would, and the first value is used."""
+get rows through those domains' own service functions. Every query runs as `fabricwatch_grafana`, the
+read-only role Grafana connects as (migration 0150), which can write nothing. Template variables that
+are queries (kpis.json's $test and $scope) are answered by the database, as Grafana would, and the first
+value is used."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+import yaml
 from sqlalchemy import Engine
 
 from service.events import libpq_url
-from service.fleet.service import has_table
 from tests.api.fabric_seed import (
     FAULTY_LEAF,
     FAULTY_PORT,
@@ -34,10 +37,7 @@ from tests.api.fabric_seed import (
 DASHBOARDS = Path(__file__).resolve().parents[2] / "dashboards"
 OURS = ("fabric-overview", "optics", "congestion", "alerts", "drains", "kpis")
 DATASOURCE_UID = "fabricwatch-pg"
-# Tables that other domains' migrations add, and what seeds them here.
-OPTIONAL_TABLES = {"alerts": "alerts", "alert_events": "alerts", "drain_recommendations": "drains",
-                   "drain_breaker": "drains", "incidents": "drains", "incident_events": "incidents",
-                   "nccl_runs": "nccl", "nccl_results": "nccl", "nccl_baselines": "nccl"}
+GRAFANA_ROLE = "fabricwatch_grafana"
 BASE_VARIABLES = {"pod": ["p1", "p2"], "device": [FAULTY_LEAF], "port": [FAULTY_PORT]}
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -153,13 +153,20 @@ def _variables(dashboard: str, conn: psycopg.Connection[Any], fabric: Seeded) ->
 @pytest.fixture(scope="module")
 def seeded(engine: Engine) -> dict[str, Any]:
     fabric: Seeded = seed_fabric(engine)
-    at_ms = int(fabric.end_s * 1000)
-    landed = {"alerts": seed_alerts(engine, at_ms) is not None, "drains": seed_drain(engine, fabric.end_s) is not None,
-              "incidents": seed_incident_timeline(engine) is not None,
-              "nccl": seed_nccl_runs(engine, fabric.end_s) is not None}
-    with engine.connect() as conn:
-        tables = {t: has_table(conn, t) for t in OPTIONAL_TABLES}
-    return {"fabric": fabric, "landed": landed, "tables": tables}
+    seed_alerts(engine, int(fabric.end_s * 1000))
+    seed_drain(engine, fabric.end_s)
+    seed_incident_timeline(engine)
+    seed_nccl_runs(engine, fabric.end_s)
+    return {"fabric": fabric}
+
+
+@contextmanager
+def as_grafana(db_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection with Grafana's rights: the read-only role, as the data source logs in."""
+    with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
+        conn.execute(f"SET ROLE {GRAFANA_ROLE}")
+        conn.execute("SET statement_timeout = '10s'")
+        yield conn
 
 
 def test_dashboards_are_provisionable() -> None:
@@ -176,14 +183,8 @@ def test_dashboards_are_provisionable() -> None:
 
 @pytest.mark.parametrize(("dashboard", "title", "raw"), _cases())
 def test_panel_sql_returns_rows(dashboard: str, title: str, raw: str, seeded: dict[str, Any], db_url: str) -> None:
-    used = {t for t in OPTIONAL_TABLES if re.search(rf"\b{t}\b", raw)}
-    for table in used:
-        domain = OPTIONAL_TABLES[table]
-        if not seeded["tables"][table] or not seeded["landed"][domain]:
-            pytest.skip(f"{table}: the {domain} domain (tables or service) has not landed yet")
     fabric: Seeded = seeded["fabric"]
-    with psycopg.connect(libpq_url(db_url)) as conn:
-        conn.execute("SET statement_timeout = '10s'")
+    with as_grafana(db_url) as conn:
         sql = expand(raw, interval="1m", variables=_variables(dashboard, conn, fabric), **_range(fabric))
         rows = conn.execute(sql).fetchall()
     assert rows, f"{dashboard} / {title} returned no rows"
@@ -196,8 +197,6 @@ def _kpi_panel(title_start: str) -> str:
 
 def test_kpi_panels_agree_with_the_kpi_api(seeded: dict[str, Any], db_url: str, engine: Engine) -> None:
     """The Grafana KPI panels and the NOC page (which reads the API) must show the same numbers."""
-    if not all(seeded["landed"].values()):
-        pytest.skip("a seeded domain has not landed")
     from service.kpis.service import Scope, congestion, load_timelines, recovery_times, utilization
 
     fabric: Seeded = seeded["fabric"]
@@ -209,7 +208,7 @@ def test_kpi_panels_agree_with_the_kpi_api(seeded: dict[str, Any], db_url: str, 
                                                                            **rng)}
         ecn = {p.group: p.values["ecn_marked_per_s"] for p in congestion(conn=c, scope=Scope.LEAF, step_s=step, **rng)}
         rec = recovery_times(load_timelines(conn=c, start=rng["start"], end=rng["end"] + timedelta(seconds=1)))
-    with psycopg.connect(libpq_url(db_url)) as conn:
+    with as_grafana(db_url) as conn:
         run = lambda title: conn.execute(  # noqa: E731
             expand(_kpi_panel(title), interval="1m", variables=BASE_VARIABLES, **rng)).fetchall()
         for panel, api in (("Utilization", util), ("ECN", ecn)):
@@ -220,3 +219,47 @@ def test_kpi_panels_agree_with_the_kpi_api(seeded: dict[str, Any], db_url: str, 
             assert (n, d50, d90, m50, m90, r50, r90) == (
                 g.incidents, g.detect.p50, g.detect.p90, g.mitigate.p50, g.mitigate.p90, g.restore.p50, g.restore.p90
             ), cause
+
+
+# Tables holding secrets or credentials: Grafana has no business reading them.
+SECRET_TABLES = ("api_tokens", "webhook_subscriptions", "webhook_outbox", "endpoints")
+
+
+def test_grafana_role_reads_only_and_writes_nothing(seeded: dict[str, Any], db_url: str) -> None:
+    with psycopg.connect(libpq_url(db_url), autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT c.relname, c.relispartition FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') ORDER BY 1").fetchall()
+        tables = [t for t, _ in found]
+        cols = dict(conn.execute(
+            "SELECT table_name, min(column_name) FROM information_schema.columns WHERE table_schema = 'public' "
+            "GROUP BY table_name").fetchall())
+    assert {"sample_rows", "alerts", "api_tokens"} <= set(tables) and any(part for _, part in found)
+    writes = {"INSERT": "INSERT INTO {t} SELECT * FROM {t} WHERE false",
+              "UPDATE": 'UPDATE {t} SET "{c}" = "{c}" WHERE false',
+              "DELETE": "DELETE FROM {t} WHERE false", "TRUNCATE": "TRUNCATE {t}"}
+    with as_grafana(db_url) as conn:
+        for t in tables:
+            for verb, sql in writes.items():
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute(sql.format(t=t, c=cols[t]))
+                    pytest.fail(f"{GRAFANA_ROLE} may {verb} {t}")
+        for t in SECRET_TABLES:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(f"SELECT 1 FROM {t} LIMIT 1")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("CREATE TABLE grafana_was_here (x int)")
+        # partitions made after the grants (seeding made today's) are read through their parent
+        assert conn.execute("SELECT count(*) FROM sample_rows").fetchone()[0] > 0  # type: ignore[index]
+
+
+def test_compose_grafana_logs_in_as_the_read_only_role() -> None:
+    repo = DASHBOARDS.parent
+    services = yaml.safe_load((repo / "docker-compose.yml").read_text())["services"]
+    env = services["grafana"]["environment"]
+    assert env["FABRICWATCH_GRAFANA_PG_USER"] == GRAFANA_ROLE
+    assert env["FABRICWATCH_GRAFANA_PG_PASSWORD"] == services["postgres"]["environment"][
+        "FABRICWATCH_GRAFANA_DB_PASSWORD"] != services["postgres"]["environment"]["POSTGRES_PASSWORD"]
+    init = next(v for v in services["postgres"]["volumes"] if v.split(":")[1] == "/docker-entrypoint-initdb.d")
+    script = (repo / init.split(":")[0]).glob("*.sh")
+    assert any(f"CREATE ROLE {GRAFANA_ROLE} LOGIN" in p.read_text() for p in script)
