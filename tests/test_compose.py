@@ -21,6 +21,9 @@ def test_compose_services_and_commands() -> None:
         assert s["command"][1] in cli.commands, s["command"]  # type: ignore[attr-defined]
         assert s["environment"]["FABRICWATCH_DATABASE_URL"].startswith("postgresql://")
         assert s["environment"]["FABRICWATCH_REDIS_URL"].startswith("redis://")
+        # every process that stores or sends webhook secrets needs the sealing key; compose refuses to start
+        # without one rather than run with webhooks that cannot be saved
+        assert s["environment"]["FABRICWATCH_SECRETS_KEY"].startswith("${FABRICWATCH_SECRETS_KEY:?")
     for volume in services["grafana"]["volumes"]:
         src = volume.split(":")[0]
         if src.startswith("./"):
