@@ -53,14 +53,41 @@ class Thresholds(Strict):
     voltage_volts: Threshold | None = None
 
 
+_TYPE_LANES = re.compile(r"(?:(\d+)x)?[A-Z]*?(?:SR|DR|FR|LR|ER|VR|PSM)(\d*)\b", re.IGNORECASE)
+_FORM_FACTOR_LANES = {"SFP": 1, "QSFP": 4, "QSFP-DD": 8, "OSFP": 8}
+
+
+def optic_lanes(optic_type: object, form_factor: object) -> int | None:
+    """Optical lanes from a type such as 400G-DR4 (4), 800G-2xFR4 (8) or 10G-SR (1), else from the form
+    factor (SFP* 1, QSFP* 4, QSFP-DD and OSFP 8); None when neither says."""
+    if isinstance(optic_type, str) and (m := _TYPE_LANES.search(optic_type)):
+        return int(m.group(1) or 1) * int(m.group(2) or 1)
+    if isinstance(form_factor, str):
+        ff = form_factor.upper()
+        for prefix in ("QSFP-DD", "OSFP", "QSFP", "SFP"):
+            if ff.startswith(prefix):
+                return _FORM_FACTOR_LANES[prefix]
+    return None
+
+
 class Optic(Strict):
     vendor: str | None = None
     part_number: str | None = None
     serial: str | None = None
     type: str | None = Field(default=None, description="e.g. 400G-DR4, 800G-2xFR4, AOC, DAC")
     form_factor: str | None = Field(default=None, description="SFP28, QSFP28, QSFP-DD, OSFP")
-    lanes: int = Field(default=4, ge=1, le=16)
+    lanes: int = Field(default=4, ge=1, le=16, description="optical lanes; unset: from type, else form factor")
     thresholds: Thresholds = Field(default_factory=Thresholds)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lanes_from_type(cls, data: object) -> object:
+        # an 800G-DR8 left at 4 lanes would have lanes 4-7 refused at import and ignored by detection
+        if isinstance(data, dict) and data.get("lanes") is None:
+            lanes = optic_lanes(data.get("type"), data.get("form_factor"))
+            if lanes is not None:
+                return {**data, "lanes": lanes}
+        return data
 
 
 class Port(Strict):

@@ -13,6 +13,7 @@ from service.inventory.loader import (
     load_inventory_file,
     load_inventory_text,
 )
+from service.inventory.schemas import Optic
 from tests.paths import REPO
 
 EXAMPLE = REPO / "examples" / "inventory" / "small-fabric.yaml"
@@ -77,6 +78,22 @@ def test_base_and_example_are_valid() -> None:
     assert {ep.version for d in ex.devices for ep in d.endpoints if ep.protocol == "snmp"} == {"2c", "3"}
     # the YAML the service writes reads back to the same inventory
     assert load_inventory_text(dump_inventory_yaml(ex)) == ex
+
+
+@pytest.mark.parametrize(("optic", "lanes"), [
+    ({"type": "800G-DR8", "form_factor": "OSFP"}, 8), ({"type": "800G-2xFR4"}, 8), ({"type": "400G-DR4"}, 4),
+    ({"type": "10G-SR"}, 1), ({"type": "AOC", "form_factor": "QSFP28"}, 4), ({"form_factor": "QSFP-DD"}, 8),
+    ({"type": "DAC"}, 4), ({"type": "800G-DR8", "lanes": 4}, 4),  # said outright wins
+])
+def test_optic_lanes_follow_the_type_or_form_factor(optic: dict[str, object], lanes: int) -> None:
+    """An 800G-DR8 left at the old default of 4 lanes had lanes 4-7 refused at import."""
+    assert Optic.model_validate(optic).lanes == lanes
+
+
+def test_example_dr8_optics_have_eight_lanes() -> None:
+    ex = load_inventory_file(EXAMPLE)
+    dr8 = [p.optic for d in ex.devices for p in d.ports if p.optic and p.optic.type == "800G-DR8"]
+    assert dr8 and all(o.lanes == 8 for o in dr8)
 
 
 def test_yaml_syntax_error_has_line() -> None:
