@@ -17,6 +17,7 @@ from service.api.problems import Problem
 from service.inventory.schemas import EndpointProtocol
 from service.observability import INGEST_ERRORS
 from service.telemetry import catalogue
+from service.telemetry.ingest import NothingStored
 from service.telemetry.promtext import PromParseError
 from service.telemetry.service import import_prometheus, query_series
 
@@ -58,6 +59,9 @@ async def import_prom(request: Request, engine: EngineDep, settings: SettingsDep
         report = await run_in_threadpool(
             import_prometheus, engine=engine, chunks=[body], source="body",
             batch_rows=settings.ingest_batch_rows)
+    except NothingStored as exc:  # well-formed, but every sample was refused: say why, with the counts
+        raise Problem(422, "Nothing stored", str(exc), line=exc.line, reason=exc.reason,
+                      report=exc.report.to_dict()) from None
     except PromParseError as exc:
         raise Problem(400, "Malformed exposition", str(exc), line=exc.line, reason=exc.reason) from None
     return report.to_dict()

@@ -570,8 +570,10 @@ def test_an_import_that_stores_nothing_is_refused_with_the_likely_cause(client: 
     body = "\n".join([f'port_rx_bytes{{device="h-000",port="eth0"}} {i} {T0 + i * STEP}' for i in range(5)]
                      + [f'ifHCInOctets{{device="h-000",port="eth0"}} 1 {T0}'])
     r = client.post("/api/v1/import/prometheus", content="# from a vendor exporter\n" + body)
-    assert r.status_code == 400, r.text
+    assert r.status_code == 422, r.text  # well-formed, so not a 400: every sample was refused
     problem = r.json()
+    assert problem["title"] == "Nothing stored"
+    assert problem["report"]["received"] == 6 and problem["report"]["written"] == 0
     assert problem["line"] == 2  # the first sample line
     assert problem["reason"].startswith("nothing stored: all 6 samples were refused: 6 name metrics not in the "
                                         "catalogue")
@@ -580,7 +582,7 @@ def test_an_import_that_stores_nothing_is_refused_with_the_likely_cause(client: 
     assert _count(db, "series") == 0
     r = client.post("/api/v1/import/prometheus", content=f'optic_rx_power_dbm{{device="ghost",port="eth0",'
                                                          f'lane="0"}} -1 {T0}')
-    assert r.status_code == 400 and "1 name devices not in the inventory" in r.json()["reason"]
+    assert r.status_code == 422 and "1 name devices not in the inventory" in r.json()["reason"]
     assert "ghost" in r.json()["reason"]
     good = f'port_rx_bytes_total{{device="h-000",port="eth0"}} 1 {T0}'
     assert client.post("/api/v1/import/prometheus", content=good).json()["written"] == 1
