@@ -1,4 +1,4 @@
-"""The SNMP collector: IF-MIB counters and state, DOM optics and LLDP neighbours.
+r"""The SNMP collector: IF-MIB counters and state, DOM optics and LLDP neighbours.
 
 One mapping serves live polls and recorded walks: `samples_from_varbinds` takes
 (oid, type, value) triples from a live poll (`collect_snmp`) or an snmpsim `.snmprec`
@@ -7,12 +7,23 @@ and responses decoded by snmp_ber, no pysnmp) and pysnmp's asyncio v3arch API fo
 numeric OIDs and no MIB lookups; each table group is read with multi-column GETBULK.
 
 Port rule: port-level metrics are emitted only for physical Ethernet/InfiniBand
-interfaces (ifType ethernetCsmacd, fastEther, fastEtherFX, gigabitEthernet,
-infiniband) whose name does not look like a management or service port (mgmt0,
-Management1, eth0, em0, fxp0, re0:mgmt-0, Cumulus' "mirror"). LAGs (Port-Channel,
-ae0), VLAN interfaces, loopbacks, tunnels and Junos logical units are skipped: their
-counters duplicate or aggregate the member ports'. `target.params["port_pattern"]`
-(a regex on the port name) replaces the name rule where a site needs another one.
+interfaces (ifType ethernetCsmacd, fastEther, fastEtherFX, gigabitEthernet, infiniband).
+LAGs (Port-Channel, ae0), VLAN interfaces, loopbacks, tunnels and Junos logical units are
+skipped by their ifType: their counters duplicate or aggregate the member ports'. Of the
+physical ones, these rules leave out (first that applies):
+  1. the endpoint's `management_ports` (inventory): declared, so not warned about;
+  2. with `port_pattern` (a regex on the name), every name it does not match;
+  3. up with ifConnectorPresent false(2), where the agent marks some interface true: internal
+     and management interfaces (NX-OS mgmt0, Junos bme0/re0:mgmt-0). A down port without a
+     connector stays a port: NX-OS, Junos and EOS say false for an empty cage;
+  4. ifAlias naming a management role ("Management0" is SONiC's alias of eth0);
+  5. the management port names the OS reserves (collectors/snmp_dialects.py, exact names);
+  6. on OSes whose bonds and bridges report ethernetCsmacd (Cumulus), non-front-panel names.
+An up interface left out by rules 2-6 is named in the result's warnings: a rule must never
+hide a fabric port silently (the old name prefix `eth\d` dropped all of Dell SONiC's `Eth1/N`).
+
+Blind spots: for each poll group asked for, what the agent did not give is said in a warning
+that starts with the group ("counters: ...", "optics: ...", "state: ...", "ports: ...").
 
 Packets: port_rx/tx_packets_total is the sum of the HC unicast, multicast and
 broadcast counters that the agent returns (IF-MIB splits them; the catalogue
@@ -29,15 +40,17 @@ import threading
 import time
 import weakref
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from collectors import snmp_oids as O
 from collectors.base import CollectResult, Neighbor, ParseError, Target, register
+from collectors.snmp_dialects import GENERIC, Dialect, detect
 from collectors.snmp_dom import optic_samples
 from collectors.snmp_oids import COUNTER_BITS, Cells, Oid, Value, Varbind, dotted, text_of
 from collectors.snmp_v2c import BerError, V2cSession, V2cTimeout, V2cUnreachable
 from service.telemetry.samples import Sample
+from service.telemetry.targets import GROUPS, group_of  # the poll groups tasks.py filters samples by
 
 DEFAULT_MAX_REPETITIONS = 25
 # Upper bound on varbinds asked for in one GETBULK (columns x repetitions): keeps a
@@ -137,7 +150,10 @@ class Mapped(NamedTuple):
 
 # ethernetCsmacd(6), fastEther(62), fastEtherFX(69), gigabitEthernet(117), infiniband(199)
 _PHYSICAL_IF_TYPES = frozenset({6, 62, 69, 117, 199})
-_NOT_FABRIC_RE = re.compile(r"^(mgmt|management|ma\d|me\d|em\d|fxp\d|eth\d|re\d+:mgmt|mirror)", re.I)
+_TRUE, _FALSE = 1, 2  # TruthValue
+_OPER_UP = 1
+# ifAlias naming a management role: "Management0" (SONiC's alias of eth0), "mgmt", "OOB".
+_MGMT_ALIAS_RE = re.compile(r"(?:management|mgmt|oob)[\s_/-]*\d*(?:/\d+)*", re.I)
 
 
 @dataclass
@@ -145,15 +161,56 @@ class _Interfaces:
     label: dict[int, str] = field(default_factory=dict)  # every ifIndex -> ifName or ifDescr
     ports: dict[int, str] = field(default_factory=dict)  # real ports only
     names: dict[str, str] = field(default_factory=dict)  # ifName and ifDescr -> label
+    left_out: list[tuple[str, str]] = field(default_factory=list)  # up physical interfaces a rule left out
 
 
-def _interfaces(cells: Cells, port_pattern: str | None) -> _Interfaces:
+@dataclass(frozen=True)
+class PortRule:
+    """What decides which physical interfaces are fabric ports (see the module docstring)."""
+
+    dialect: Dialect = GENERIC
+    pattern: re.Pattern[str] | None = None
+    management_ports: frozenset[str] = frozenset()
+    connectors: bool = False  # the agent marks interfaces with ifConnectorPresent
+
+    def exclusion(self, name: str, alias: str, connector: int | None, up: bool) -> str | None:
+        """Why `name` is not a fabric port ("" when the inventory says so), or None if it is one."""
+        if name in self.management_ports:
+            return ""
+        if self.pattern is not None:
+            return None if self.pattern.search(name) else f"does not match port_pattern {self.pattern.pattern!r}"
+        if self.connectors and connector == _FALSE and up:
+            return "up without a connector (ifConnectorPresent false)"
+        if _MGMT_ALIAS_RE.fullmatch(alias.strip()):
+            return f"management (ifAlias {alias!r})"
+        if name in self.dialect.management:
+            return f"management port name on {self.dialect.name}"
+        front = self.dialect.front_ports
+        if front is not None and not front.fullmatch(name):
+            return f"not a {self.dialect.name} front-panel port name"
+        return None
+
+
+def dialect_of(cells: Cells) -> Dialect:
+    """The agent's dialect, from the sysObjectID and sysDescr the poll read."""
+    oid_text = next(iter(cells.texts(O.SYS_OBJECT_ID).values()), "")
+    descr = next((v for _, v in cells.raw(O.SYS_DESCR).values()), b"")
+    # sysDescr is free text: SONiC's spans lines, which text_of would show as hex.
+    return detect(oid_text, descr.decode("utf-8", "replace") if isinstance(descr, bytes) else str(descr or ""))
+
+
+def _interfaces(cells: Cells, rule: PortRule) -> _Interfaces:
     names = cells.texts((*O.IFX_ENTRY, O.IFX_NAME))
     descrs = cells.texts((*O.IF_ENTRY, O.IF_DESCR))
     types = cells.ints((*O.IF_ENTRY, O.IF_TYPE))
-    include = re.compile(port_pattern) if port_pattern else None
+    aliases = cells.texts((*O.IFX_ENTRY, O.IFX_ALIAS))
+    connectors = cells.ints((*O.IFX_ENTRY, O.IFX_CONNECTOR_PRESENT))
+    oper = cells.ints((*O.IF_ENTRY, O.IF_OPER))
+    # Rule 3 only where the agent tells interfaces apart: one that says false for all says nothing.
+    rule = replace(rule, connectors=any(v == _TRUE for i, v in connectors.items()
+                                        if types.get(i) in _PHYSICAL_IF_TYPES))
     out = _Interfaces()
-    for idx in names.keys() | descrs.keys() | types.keys():
+    for idx in sorted(names.keys() | descrs.keys() | types.keys()):
         if len(idx) != 1:
             continue
         label = names.get(idx) or descrs.get(idx)
@@ -165,9 +222,12 @@ def _interfaces(cells: Cells, port_pattern: str | None) -> _Interfaces:
                 out.names.setdefault(alias, label)
         if idx in types and types[idx] not in _PHYSICAL_IF_TYPES:
             continue
-        named_ok = include.search(label) if include else not _NOT_FABRIC_RE.match(label)
-        if named_ok:
+        up = oper.get(idx) == _OPER_UP
+        why = rule.exclusion(label, aliases.get(idx, ""), connectors.get(idx), up)
+        if why is None:
             out.ports[idx[0]] = label
+        elif why and up:
+            out.left_out.append((label, why))
     return out
 
 
@@ -255,18 +315,69 @@ def _chassis_text(value: Value) -> str:
     return text_of(value)
 
 
-def samples_from_varbinds(varbinds: list[Varbind], *, device: str, ts_ms: int,
-                          port_pattern: str | None = None) -> Mapped:
+def samples_from_varbinds(varbinds: list[Varbind], *, device: str, ts_ms: int, port_pattern: str | None = None,
+                          management_ports: Sequence[str] = (), groups: Sequence[str] | None = None) -> Mapped:
     """(oid, type, value) triples -> canonical samples, LLDP neighbours and warnings.
 
     Pure: the same code maps a live poll and a recorded walk. Unknown OIDs are ignored.
+    `groups` are the poll groups asked for (None: all); only their blind spots are reported.
     """
     cells = Cells(varbinds)
-    ifs = _interfaces(cells, port_pattern)
+    dialect = dialect_of(cells)
+    rule = PortRule(dialect, re.compile(port_pattern) if port_pattern else None, frozenset(management_ports))
+    ifs = _interfaces(cells, rule)
     samples = _port_samples(cells, ifs, device, ts_ms)
-    samples += optic_samples(cells, device=device, ts_ms=ts_ms, ifindex_port=ifs.ports,
-                             port_names={n: p for n, p in ifs.names.items() if p in ifs.ports.values()})
+    want = set(GROUPS if groups is None else groups)
+    if "optics" in want:
+        samples += optic_samples(cells, device=device, ts_ms=ts_ms, ifindex_port=ifs.ports,
+                                 port_names={n: p for n, p in ifs.names.items() if p in ifs.ports.values()},
+                                 dialect=dialect)
+    cells.warnings += _blind_spots(ifs, samples, want)
     return Mapped(samples, _neighbors(cells, ifs), cells.warnings)
+
+
+# What every fabric port should get per poll group: (metric, the MIB object it comes from).
+_PER_PORT: dict[str, tuple[tuple[str, str], ...]] = {
+    "state": (("port_oper_up", "ifOperStatus"), ("port_admin_up", "ifAdminStatus"),
+              ("port_speed_bits_per_second", "ifHighSpeed"), ("port_last_change_seconds", "ifLastChange")),
+    "counters": (("port_rx_bytes_total", "ifHCInOctets"), ("port_tx_bytes_total", "ifHCOutOctets"),
+                 ("port_rx_packets_total", "ifHCInUcastPkts"), ("port_tx_packets_total", "ifHCOutUcastPkts"),
+                 ("port_rx_errors_total", "ifInErrors"), ("port_tx_errors_total", "ifOutErrors"),
+                 ("port_rx_discards_total", "ifInDiscards"), ("port_tx_discards_total", "ifOutDiscards"),
+                 ("port_rx_fcs_errors_total", "dot3StatsFCSErrors")),
+}
+_SHOWN = 8  # names listed in one warning
+
+
+def _listed(items: Sequence[str]) -> str:
+    return ", ".join(items[:_SHOWN]) + (f" (+{len(items) - _SHOWN} more)" if len(items) > _SHOWN else "")
+
+
+def _blind_spots(ifs: _Interfaces, samples: list[Sample], groups: set[str]) -> list[str]:
+    """One warning per poll group for what the agent did not give: never a silent gap."""
+    out: list[str] = []
+    if ifs.left_out:
+        out.append(f"ports: {len(ifs.left_out)} up interface(s) not collected as fabric ports: "
+                   + _listed([f"{name} [{why}]" for name, why in ifs.left_out]))
+    ports = set(ifs.ports.values())
+    if not ports:
+        out.append(f"ports: none of the {len(ifs.label)} interfaces is a fabric port; nothing per port is collected")
+        return out
+    have: dict[str, set[str]] = {}
+    for s in samples:
+        if s.port is not None:
+            have.setdefault(s.metric, set()).add(s.port)
+    for group, expected in _PER_PORT.items():
+        if group not in groups:
+            continue
+        gaps = [f"{obj} ({len(ports - have.get(metric, set()))} of {len(ports)} ports)"
+                for metric, obj in expected if ports - have.get(metric, set())]
+        if gaps:
+            out.append(f"{group}: the agent gave no {', '.join(gaps)}; those metrics are not collected")
+    if "optics" in groups and not any(s.metric.startswith("optic_") for s in samples):
+        out.append("optics: no transceiver reading in ENTITY-SENSOR-MIB, CISCO-ENTITY-SENSOR-MIB or "
+                   "JUNIPER-DOM-MIB (the agent exposes none, or none was tied to a port); optics are not collected")
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -513,7 +624,6 @@ def walk_plan(groups: Sequence[str], poll_groups: Sequence[str] | None) -> list[
     groups (counters, optics, state) need. No poll_groups: every column of every group."""
     if poll_groups is None:
         return [list(O.WALK_GROUPS[g]) for g in groups]
-    from service.telemetry.targets import group_of  # the rule tasks.py filters samples by
 
     due = set(poll_groups)
     # DOM tables also carry device temperatures, which group_of files under its own group.
@@ -544,7 +654,9 @@ async def _poll(target: Target, now_ms: int) -> Mapped:
     else:
         varbinds = await _walk_v3(target, columns, reps, max_vbs)
     return samples_from_varbinds(varbinds, device=target.device, ts_ms=now_ms,
-                                 port_pattern=target.params.get("port_pattern"))
+                                 port_pattern=target.params.get("port_pattern"),
+                                 management_ports=target.params.get("management_ports") or (),
+                                 groups=None if poll_groups is None else list(poll_groups))
 
 
 async def collect_snmp_async(target: Target, *, now_ms: int) -> CollectResult:

@@ -15,6 +15,9 @@ def oid(text: str) -> Oid:
     return tuple(int(p) for p in text.strip(".").split("."))
 
 
+# SNMPv2-MIB system scalars (.0): which OS answers (collectors/snmp_dialects.py)
+SYS_DESCR, SYS_OBJECT_ID = oid("1.3.6.1.2.1.1.1"), oid("1.3.6.1.2.1.1.2")
+
 # IF-MIB ifTable (1.3.6.1.2.1.2.2.1.<col>.<ifIndex>)
 IF_ENTRY = oid("1.3.6.1.2.1.2.2.1")
 IF_DESCR, IF_TYPE, IF_ADMIN, IF_OPER, IF_LAST_CHANGE = 2, 3, 7, 8, 9
@@ -25,7 +28,7 @@ IFX_ENTRY = oid("1.3.6.1.2.1.31.1.1.1")
 IFX_NAME = 1
 IFX_HC_IN_OCTETS, IFX_HC_IN_UCAST, IFX_HC_IN_MCAST, IFX_HC_IN_BCAST = 6, 7, 8, 9
 IFX_HC_OUT_OCTETS, IFX_HC_OUT_UCAST, IFX_HC_OUT_MCAST, IFX_HC_OUT_BCAST = 10, 11, 12, 13
-IFX_HIGH_SPEED = 15
+IFX_HIGH_SPEED, IFX_CONNECTOR_PRESENT, IFX_ALIAS = 15, 17, 18
 
 # EtherLike-MIB dot3StatsTable (1.3.6.1.2.1.10.7.2.1.<col>.<ifIndex>)
 DOT3_ENTRY = oid("1.3.6.1.2.1.10.7.2.1")
@@ -68,11 +71,12 @@ def columns(entry: Oid, *cols: int) -> list[Oid]:
 # What one poll walks, as groups of table columns. Columns of one group share an
 # index, so one GETBULK carries a whole row of each.
 WALK_GROUPS: dict[str, list[Oid]] = {
+    "system": [SYS_DESCR, SYS_OBJECT_ID],
     "if": columns(IF_ENTRY, IF_DESCR, IF_TYPE, IF_ADMIN, IF_OPER, IF_LAST_CHANGE,
                   IF_IN_DISCARDS, IF_IN_ERRORS, IF_OUT_DISCARDS, IF_OUT_ERRORS),
     "ifx": columns(IFX_ENTRY, IFX_NAME, IFX_HC_IN_OCTETS, IFX_HC_IN_UCAST, IFX_HC_IN_MCAST,
                    IFX_HC_IN_BCAST, IFX_HC_OUT_OCTETS, IFX_HC_OUT_UCAST, IFX_HC_OUT_MCAST,
-                   IFX_HC_OUT_BCAST, IFX_HIGH_SPEED),
+                   IFX_HC_OUT_BCAST, IFX_HIGH_SPEED, IFX_CONNECTOR_PRESENT, IFX_ALIAS),
     "dot3": columns(DOT3_ENTRY, DOT3_FCS_ERRORS),
     "entity": columns(ENT_PHYS_ENTRY, ENT_DESCR, ENT_CONTAINED_IN, ENT_CLASS, ENT_NAME),
     "ent_alias": [ENT_ALIAS_ID],
@@ -173,7 +177,8 @@ class Cells:
 
 # ---------------------------------------------------------------------------
 # Which poll groups (service.telemetry.targets.GROUPS) need which column. Columns not
-# listed (ifDescr, ifType, ifName) name the ports and are read whenever their table is.
+# listed (sysDescr, sysObjectID, ifDescr, ifType, ifName, ifAlias, ifConnectorPresent) say
+# which OS answers and which interfaces are ports, so every poll reads them.
 _STATE = frozenset({"state"})
 _COUNTERS = frozenset({"counters"})
 _OPTICS = frozenset({"optics"})

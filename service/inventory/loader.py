@@ -253,7 +253,7 @@ def _check_endpoint(ep: Endpoint, loc: Loc) -> Iterator[tuple[Loc, str]]:
         yield from _check_secret(ep.v3.auth_key, (*loc, "v3", "auth_key"))
         yield from _check_secret(ep.v3.priv_key, (*loc, "v3", "priv_key"))
     if ep.protocol != "snmp":
-        for name in ("version", "community", "v3", "max_repetitions"):
+        for name in ("version", "community", "v3", "max_repetitions", "management_ports"):
             if getattr(ep, name) is not None:
                 yield (*loc, name), f"is an SNMP setting but this endpoint's protocol is {ep.protocol!r}"
     elif ep.v3 is not None and (ep.version or "2c") != "3":

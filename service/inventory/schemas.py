@@ -142,6 +142,8 @@ class Endpoint(Strict):
     community: SecretRef | None = None
     v3: SnmpV3 | None = None
     max_repetitions: int | None = Field(default=None, ge=1, le=255)
+    management_ports: list[Name] | None = Field(
+        default=None, description="interfaces that are management ports, not fabric ports: left out without a warning")
     # gNMI
     username: str | None = None
     password: SecretRef | None = None
