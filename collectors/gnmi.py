@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,9 @@ from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
 from tenacity import RetryError, Retrying, retry_if_exception_type
 
 from collectors.base import CollectError, CollectResult, ParseError, Target, register
-from collectors.gnmi_decode import json_leaves, notification_leaves, path_to_proto
+from collectors.gnmi_components import PortTies
+from collectors.gnmi_decode import Leaf, json_leaves, notification_leaves, path_to_proto
+from collectors.gnmi_discovery import Discovered, Fetch, PathRejected, Resolutions, relevant, resolve, schema_of
 from collectors.gnmi_paths import PathSet, map_notification, map_notifications, path_set
 from service.telemetry.samples import Sample
 
@@ -118,14 +120,11 @@ class Capabilities:
     encodings: list[str]
 
 
-def capabilities(target: Target) -> Capabilities:
-    """The target's gNMI version, models and encodings. Raises CollectError."""
-    with open_channel(target) as ch:
-        try:
-            resp = gnmi_pb2_grpc.gNMIStub(ch).Capabilities(
-                gnmi_pb2.CapabilityRequest(), metadata=_metadata(target), timeout=target.timeout_s)
-        except grpc.RpcError as e:
-            raise CollectError(_explain(target, e, "Capabilities", target.timeout_s)) from None
+def _capabilities(stub: gnmi_pb2_grpc.gNMIStub, target: Target, timeout_s: float) -> Capabilities:
+    try:
+        resp = stub.Capabilities(gnmi_pb2.CapabilityRequest(), metadata=_metadata(target), timeout=timeout_s)
+    except grpc.RpcError as e:
+        raise CollectError(_explain(target, e, "Capabilities", timeout_s)) from None
     return Capabilities(
         version=resp.gNMI_version,
         models=[m.name for m in resp.supported_models],
@@ -133,53 +132,141 @@ def capabilities(target: Target) -> Capabilities:
     )
 
 
-def _get(stub: gnmi_pb2_grpc.gNMIStub, target: Target, path: str, deadline: float) -> gnmi_pb2.GetResponse:
-    encoding = _ENCODINGS.get(str(target.params.get("encoding", "json_ietf")).lower(), gnmi_pb2.JSON_IETF)
-    req = gnmi_pb2.GetRequest(path=[path_to_proto(path)], type=gnmi_pb2.GetRequest.ALL, encoding=encoding)
-    return stub.Get(req, metadata=_metadata(target), timeout=max(0.05, deadline - time.monotonic()))
+def capabilities(target: Target) -> Capabilities:
+    """The target's gNMI version, models and encodings. Raises CollectError."""
+    with open_channel(target) as ch:
+        return _capabilities(gnmi_pb2_grpc.gNMIStub(ch), target, target.timeout_s)
+
+
+def _encoding(target: Target, caps: Capabilities | None) -> int:
+    """The configured encoding; else JSON_IETF, JSON or PROTO, the first the target advertises."""
+    configured = target.params.get("encoding")
+    if configured:
+        return _ENCODINGS.get(str(configured).lower(), gnmi_pb2.JSON_IETF)
+    offered = set(caps.encodings) if caps and caps.encodings else set()
+    for name in ("JSON_IETF", "JSON", "PROTO"):
+        if not offered or name in offered:
+            return getattr(gnmi_pb2, name)
+    return gnmi_pb2.JSON_IETF
 
 
 _FATAL = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.DEADLINE_EXCEEDED,
-          grpc.StatusCode.PERMISSION_DENIED)
+          grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNIMPLEMENTED)
+
+
+def _fetcher(stub: gnmi_pb2_grpc.gNMIStub, target: Target, deadline: float, encoding: int,
+             problems: list[str]) -> Fetch:
+    """One Get per request path, within the poll's deadline; a refused path is PathRejected."""
+
+    def fetch(path: str) -> list[list[Leaf]]:
+        attempts = 1 + max(0, target.retries)
+        req = gnmi_pb2.GetRequest(path=[path_to_proto(path)], type=gnmi_pb2.GetRequest.ALL, encoding=encoding)
+        for attempt in range(attempts):
+            try:
+                resp = stub.Get(req, metadata=_metadata(target), timeout=max(0.05, deadline - time.monotonic()))
+            except grpc.RpcError as e:
+                code = e.code()
+                if code == grpc.StatusCode.UNAVAILABLE and attempt + 1 < attempts \
+                        and time.monotonic() < deadline - 0.1:
+                    continue
+                if code in _FATAL:
+                    raise CollectError(_explain(target, e, "Get", target.timeout_s)) from None
+                raise PathRejected(_explain(target, e, "Get", target.timeout_s)) from None
+            groups = []
+            for note in resp.notification:
+                leaves, bad = notification_leaves(note)
+                problems.extend(bad)
+                groups.append(leaves)
+            return groups
+        raise CollectError(f"gNMI Get to {target.address}:{target.port}: unreachable")  # pragma: no cover
+
+    return fetch
+
+
+@dataclass(slots=True)
+class GnmiResult(CollectResult):
+    """A poll's result, plus what discovery learned (persisted per target, see gnmi_stream.py)."""
+
+    discovery: dict[str, Any] = field(default_factory=dict)
+
+
+def _wanted(ps: PathSet) -> list[str]:
+    return list(dict.fromkeys(ps.all + ps.ties))
+
+
+def discover(stub: gnmi_pb2_grpc.gNMIStub, target: Target, *, now_ms: int, deadline: float,
+             known: dict[str, Any] | None, problems: list[str]) -> tuple[Discovered, dict[str, Any]]:
+    """Fetch the path set through the forms the target answers; Capabilities read when discovering."""
+    ps = path_set(target.params.get("path_set"))
+    wanted = _wanted(ps)
+    doc = dict(known or {})
+    res = Resolutions.load(doc.get("paths"))
+    caps = None
+    if any(res.due(w, now_ms) for w in wanted) or "capabilities" not in doc:
+        try:
+            caps = _capabilities(stub, target, max(0.05, min(target.timeout_s, deadline - time.monotonic())))
+            doc["capabilities"] = {"version": caps.version, "encodings": caps.encodings, "models": caps.models}
+        except CollectError as e:
+            problems.append(f"Capabilities not read: {e}")
+    else:
+        c = doc["capabilities"]
+        caps = Capabilities(c.get("version", ""), c.get("models", []), c.get("encodings", []))
+    encoding = _encoding(target, caps)
+    found = resolve(wanted, _fetcher(stub, target, deadline, encoding, problems), res, now_ms=now_ms)
+    doc["paths"] = res.dump()
+    doc["encoding"] = gnmi_pb2.Encoding.Name(encoding)
+    for miss in found.missing:
+        if miss in ps.ties:
+            continue  # a device without the component tree: names are the fallback
+        model = _MODEL_OF.get(schema_of(miss).split("/")[0])
+        hint = f" (the target does not advertise {model})" if caps and model and caps.models \
+            and not any(m.endswith(model) for m in caps.models) else ""
+        refused = next((r.split(": ", 1)[1] for r in found.rejected if r.startswith(miss + ": ")), None)
+        why = f"; as written: {refused}" if refused else ""
+        problems.append(f"{miss}: nothing answered, as written, with wildcard keys or at a parent prefix{hint}{why}")
+    return found, doc
+
+
+_MODEL_OF = {"interfaces": "openconfig-interfaces", "components": "openconfig-platform", "qos": "openconfig-qos"}
 
 
 @register("gnmi")
-def collect_gnmi(target: Target, *, now_ms: int) -> CollectResult:
-    """Poll the path set once with Get, all within target.timeout_s. Never raises."""
+def collect_gnmi(target: Target, *, now_ms: int) -> GnmiResult:
+    """Poll the path set once with Get, all within target.timeout_s. Never raises.
+
+    Paths the target does not answer as written are discovered (gnmi_discovery.py) and what
+    worked is handed back in `discovery`, which the next poll gets as params["discovery"].
+    A poll that answers but yields no sample says why in its warnings (the target is then
+    degraded, not ok: service/telemetry/targets.py).
+    """
     t0 = time.monotonic()
-    result = CollectResult(target=target.name)
+    result = GnmiResult(target=target.name)
     deadline = t0 + target.timeout_s
     try:
-        paths = path_set(target.params.get("path_set")).all
         with open_channel(target) as ch:
             stub = gnmi_pb2_grpc.gNMIStub(ch)
-            answered = 0
-            for path in paths:
-                attempts = 1 + max(0, target.retries)
-                for attempt in range(attempts):
-                    try:
-                        resp = _get(stub, target, path, deadline)
-                    except grpc.RpcError as e:
-                        code = e.code()
-                        retry = code == grpc.StatusCode.UNAVAILABLE and attempt + 1 < attempts \
-                            and time.monotonic() < deadline - 0.1
-                        if retry:
-                            continue
-                        if code in _FATAL:
-                            raise CollectError(_explain(target, e, "Get", target.timeout_s)) from None
-                        # one path the platform does not serve must not cost the others
-                        result.warnings.append(f"{path}: {_explain(target, e, 'Get', target.timeout_s)}")
-                        break
-                    answered += 1
-                    for note in resp.notification:
-                        leaves, problems = notification_leaves(note)
-                        mapped = map_notification(leaves, device=target.device, fallback_ts_ms=now_ms)
-                        result.samples += mapped.samples
-                        result.warnings += problems + mapped.problems
-                    break
-            if answered == 0:
+            found, result.discovery = discover(stub, target, now_ms=now_ms, deadline=deadline,
+                                               known=target.params.get("discovery"), problems=result.warnings)
+            if not found.wanted:
                 result.error = f"gNMI Get to {target.address}:{target.port}: no path answered " \
-                               f"({len(result.warnings)} rejected)"
+                               f"({len(found.missing)} paths tried in every form)"
+            else:
+                groups = relevant(found)
+                ties = PortTies()
+                for leaves in groups:
+                    ties.learn(leaves)
+                seen: set[tuple[Any, ...]] = set()
+                for leaves in groups:
+                    mapped = map_notification(leaves, device=target.device, fallback_ts_ms=now_ms, ties=ties)
+                    result.warnings += [p for p in mapped.problems if p not in result.warnings]
+                    for s in mapped.samples:  # a parent prefix and an exact path may both carry a leaf
+                        key = (s.metric, s.port, s.lane, s.priority, s.ts_ms)
+                        if key not in seen:
+                            seen.add(key)
+                            result.samples.append(s)
+                if not result.samples:
+                    result.warnings.insert(0, f"no samples: {sum(len(n) for g in found.leaves.values() for n in g)} "
+                                              f"leaves answered, none maps to a catalogue metric")
     except CollectError as e:
         result.error = str(e)
     except KeyError as e:
@@ -191,12 +278,23 @@ def collect_gnmi(target: Target, *, now_ms: int) -> CollectResult:
     return result
 
 
-class StreamDropped(Exception):
-    """The subscription ended or failed; stream_gnmi reconnects."""
+# ---------------------------------------------------------------------------- streaming
 
-    def __init__(self, message: str, delivered: int = 0) -> None:
+
+class StreamDropped(Exception):
+    """The subscription ended or failed; stream_gnmi reconnects. `state` is what to report meanwhile."""
+
+    def __init__(self, message: str, delivered: int = 0, state: str = "reconnecting") -> None:
         super().__init__(message)
         self.delivered = delivered
+        self.state = state
+
+
+class StreamUnsupported(StreamDropped):
+    """The target does not implement Subscribe: only polling can collect from it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 0, "fallback-polling")
 
 
 def _wait_either(a: threading.Event, b: threading.Event) -> None:
@@ -204,35 +302,76 @@ def _wait_either(a: threading.Event, b: threading.Event) -> None:
         a.wait(0.05)
 
 
-def _subscribe_request(ps: PathSet, target: Target) -> gnmi_pb2.SubscribeRequest:
+def _subscribe_request(ps: PathSet, target: Target, discovery: dict[str, Any] | None = None,
+                       on_warning: Callable[[str], None] | None = None) -> gnmi_pb2.SubscribeRequest:
+    """SAMPLE for counters and optics, ON_CHANGE for state, each at the request path discovery found."""
+    res = Resolutions.load((discovery or {}).get("paths"))
+
+    def req(p: str) -> str | None:
+        got = res.paths.get(p)
+        return p if got is None else (got or None)  # unknown: as written; "": nothing answers it
+
     interval = _sample_interval_ns(target)
+    sample = [r for r in dict.fromkeys(map(req, ps.sample)) if r]
+    on_change = [r for r in dict.fromkeys(map(req, ps.on_change)) if r and r not in sample]
+    for p in ps.on_change:
+        if req(p) in sample and on_warning:
+            on_warning(f"{p}: sampled every {interval / 1e9:g} s, not on change: the target answers it only "
+                       f"at {req(p)}, which counters share")
     subs = [gnmi_pb2.Subscription(path=path_to_proto(p), mode=gnmi_pb2.SAMPLE, sample_interval=interval)
-            for p in ps.sample]
-    subs += [gnmi_pb2.Subscription(path=path_to_proto(p), mode=gnmi_pb2.ON_CHANGE) for p in ps.on_change]
-    encoding = _ENCODINGS.get(str(target.params.get("encoding", "json_ietf")).lower(), gnmi_pb2.JSON_IETF)
+            for p in sample]
+    subs += [gnmi_pb2.Subscription(path=path_to_proto(p), mode=gnmi_pb2.ON_CHANGE) for p in on_change]
+    enc = (discovery or {}).get("encoding")
+    encoding = getattr(gnmi_pb2, enc) if enc in ("JSON_IETF", "JSON", "PROTO", "ASCII") \
+        else _encoding(target, None)
     return gnmi_pb2.SubscribeRequest(subscribe=gnmi_pb2.SubscriptionList(
         subscription=subs, mode=gnmi_pb2.SubscriptionList.STREAM, encoding=encoding))
 
 
-def _run_stream(target: Target, request: gnmi_pb2.SubscribeRequest,
+def _run_stream(target: Target, ps: PathSet, discovery: dict[str, Any] | None,
                 on_samples: Callable[[list[Sample]], None], stop: threading.Event,
-                on_warning: Callable[[str], None]) -> int:
-    """One subscription until the target drops it (StreamDropped) or stop is set (returns)."""
+                on_warning: Callable[[str], None], on_state: Callable[[str, str], None],
+                on_discovery: Callable[[dict[str, Any]], None]) -> int:
+    """One subscription until the target drops it (StreamDropped) or stop is set (returns).
+
+    Before subscribing, the path set is discovered with Get (where the target serves Get) and
+    the component tree read, so transceiver readings land on their ports.
+    """
     delivered = 0
     done = threading.Event()  # this attempt is over: lets its helper threads exit
+    where = f"gNMI Subscribe to {target.address}:{target.port}"
     with open_channel(target) as ch:
         stub = gnmi_pb2_grpc.gNMIStub(ch)
+        ties = PortTies()
+        problems: list[str] = []
+        try:
+            found, discovery = discover(stub, target, now_ms=int(time.time() * 1000),
+                                        deadline=time.monotonic() + target.timeout_s, known=discovery,
+                                        problems=problems)
+            for leaves in relevant(found):
+                ties.learn(leaves)
+            on_discovery(discovery)
+        except CollectError as e:
+            if "UNIMPLEMENTED" not in str(e):  # a stream-only target: subscribe with the paths as written
+                raise StreamDropped(str(e)) from None
+            problems.append(f"Get not served ({e}): paths subscribed as written")
+        for p in problems:
+            on_warning(p)
+        request = _subscribe_request(ps, target, discovery, on_warning)
 
         def requests() -> Iterator[gnmi_pb2.SubscribeRequest]:
             yield request
             _wait_either(stop, done)  # keep our half open; returning would half-close the stream
 
         call = stub.Subscribe(requests(), metadata=_metadata(target))
-        # SAMPLE subscriptions speak every interval: silence well past that means a stalled
-        # target, which would otherwise hold the stream open forever without an error.
+        # SAMPLE subscriptions speak every interval: no *data* well past that means a stalled
+        # target. Empty notifications (heartbeats, or a subscription that matches nothing) keep
+        # the stream open but are not data, so they do not reset this clock.
         silence_s = target.timeout_s + 3 * _sample_interval_ns(target) / 1e9
         last = [time.monotonic()]
+        empty = [0]
         stalled = threading.Event()
+        untied: set[str] = set()
 
         def watchdog() -> None:
             while not (stop.is_set() or done.is_set()):
@@ -245,70 +384,108 @@ def _run_stream(target: Target, request: gnmi_pb2.SubscribeRequest,
         threading.Thread(target=watchdog, daemon=True, name=f"gnmi-watch-{target.name}").start()
         try:
             for resp in call:
-                last[0] = time.monotonic()
                 if resp.HasField("error"):
                     raise StreamDropped(f"target sent error {resp.error.code}: {resp.error.message}")
                 if not resp.HasField("update"):
                     continue  # sync_response: initial snapshot complete
                 leaves, problems = notification_leaves(resp.update)
-                mapped = map_notification(leaves, device=target.device)
+                ties.learn(leaves)
+                mapped = map_notification(leaves, device=target.device, ties=ties)
                 for p in problems + mapped.problems:
+                    if p.startswith("component "):  # once per component per connection, not per interval
+                        if p in untied:
+                            continue
+                        untied.add(p)
                     on_warning(p)
-                if mapped.samples:
-                    on_samples(mapped.samples)  # whole notifications only, in arrival order
-                    delivered += len(mapped.samples)
+                if not mapped.samples:
+                    empty[0] += 1
+                    continue
+                last[0] = time.monotonic()
+                if delivered == 0:
+                    on_state("streaming", f"{len(request.subscribe.subscription)} subscriptions")
+                on_samples(mapped.samples)  # whole notifications only, in arrival order
+                delivered += len(mapped.samples)
         except grpc.RpcError as e:
             if stop.is_set() and e.code() == grpc.StatusCode.CANCELLED:
                 return delivered
             if stalled.is_set():
-                where = f"gNMI Subscribe to {target.address}:{target.port}"
-                raise StreamDropped(f"{where}: no data for {silence_s:.1f}s (target stalled)", delivered) from None
+                raise StreamDropped(f"{where}: no data for {silence_s:.1f}s ({empty[0]} notifications without "
+                                    f"samples: empty updates are not data)", delivered, "stalled") from None
+            if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                raise StreamUnsupported(_explain(target, e, "Subscribe", target.timeout_s)) from None
             raise StreamDropped(_explain(target, e, "Subscribe", target.timeout_s), delivered) from None
         finally:
             done.set()
             call.cancel()
     if stop.is_set():
         return delivered
-    where = f"gNMI Subscribe to {target.address}:{target.port}"
     raise StreamDropped(f"{where}: stream ended by target", delivered)
 
 
 def stream_gnmi(target: Target, on_samples: Callable[[list[Sample]], None], stop: threading.Event, *,
-                on_error: Callable[[str], None] | None = None, backoff_initial_s: float = 0.5,
-                backoff_max_s: float = 30.0) -> None:
+                on_error: Callable[[str], None] | None = None,
+                on_state: Callable[[str, str], None] | None = None,
+                on_discovery: Callable[[dict[str, Any]], None] | None = None,
+                backoff_initial_s: float = 0.5, backoff_max_s: float = 30.0,
+                unsupported_retry_s: float = 300.0) -> None:
     """Subscribe (STREAM: SAMPLE for counters/optics, ON_CHANGE for state) until stop is set.
 
     When the stream drops, reconnect with exponential backoff (reset once a stream has
-    delivered data again). Drop reasons and value problems go to on_error; nothing raises.
+    delivered data again). Drop reasons and value problems go to on_error; state changes
+    (streaming, reconnecting, stalled, fallback-polling) with their reason to on_state;
+    what discovery learned to on_discovery (start from target.params["discovery"]).
+    A target that does not implement Subscribe is retried every unsupported_retry_s.
+    Nothing raises.
     """
     report = on_error or (lambda msg: log.warning("gnmi %s: %s", target.name, msg))
+    state = on_state or (lambda s, why: None)
+    discovery: dict[str, Any] = dict(target.params.get("discovery") or {})
+
+    def remember(doc: dict[str, Any]) -> None:
+        discovery.clear()
+        discovery.update(doc)
+        if on_discovery:
+            on_discovery(doc)
+
     try:
-        request = _subscribe_request(path_set(target.params.get("path_set")), target)
+        ps = path_set(target.params.get("path_set"))
+        _sample_interval_ns(target)
     except (KeyError, CollectError) as e:
-        report(str(e.args[0]) if isinstance(e, KeyError) else str(e))
+        msg = str(e.args[0]) if isinstance(e, KeyError) else str(e)
+        report(msg)
+        state("fallback-polling", msg)
         return
     failures = 0  # consecutive attempts that delivered nothing
+    unsupported = [False]
 
     def attempt() -> None:
         nonlocal failures
+        unsupported[0] = False
         try:
-            delivered = _run_stream(target, request, on_samples, stop, report)
+            delivered = _run_stream(target, ps, discovery or None, on_samples, stop, report, state, remember)
         except StreamDropped as e:
             report(str(e))
             failures = 0 if e.delivered else failures + 1
+            unsupported[0] = isinstance(e, StreamUnsupported)
+            if not stop.is_set():
+                state(e.state, str(e))
             raise
         except CollectError as e:
             report(str(e))
             failures += 1
+            state("reconnecting", str(e))
             raise StreamDropped(str(e)) from None
         except Exception as e:  # a consumer or decoder bug must not kill the thread silently
             report(f"stream error: {type(e).__name__}: {e}")
             failures += 1
+            state("reconnecting", f"stream error: {type(e).__name__}: {e}")
             raise StreamDropped(str(e)) from None
         if delivered == 0 and not stop.is_set():
             failures += 1
 
     def wait(_: Any) -> float:
+        if unsupported[0]:
+            return unsupported_retry_s
         return min(backoff_max_s, backoff_initial_s * 2 ** max(0, failures - 1))
 
     retrying = Retrying(

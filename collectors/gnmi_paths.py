@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from collectors.gnmi_components import TIE_PATHS, PortTies
 from collectors.gnmi_decode import Leaf, PathElem, float32
 from service.telemetry import catalogue
 from service.telemetry.samples import Sample
@@ -26,6 +27,7 @@ class PathSet:
     name: str
     sample: tuple[str, ...]
     on_change: tuple[str, ...]
+    ties: tuple[str, ...] = ()  # component-tree leaves that tie transceivers to ports (read once per connection)
 
     @property
     def all(self) -> tuple[str, ...]:
@@ -48,13 +50,14 @@ _OC_STATE = (
 )
 
 PATH_SETS: dict[str, PathSet] = {
-    "openconfig": PathSet("openconfig", _OC_COUNTERS + _OC_OPTICS, _OC_STATE),
+    "openconfig": PathSet("openconfig", _OC_COUNTERS + _OC_OPTICS, _OC_STATE, TIE_PATHS),
     # EOS also serves openconfig-qos queue counters; the decimal64 temperatures in the
     # fixtures come from /components/component/state/temperature.
     "arista": PathSet(
         "arista",
         _OC_COUNTERS + _OC_OPTICS + ("/qos/interfaces/interface/output/queues/queue/state/dropped-pkts",),
         _OC_STATE,
+        TIE_PATHS,
     ),
     # SR Linux native model (origin srl_nokia-interfaces in the fixtures).
     "nokia": PathSet(
@@ -249,15 +252,6 @@ def _key(path: tuple[PathElem, ...], where: Key) -> str | None:
     return None
 
 
-def _component_port(name: str) -> str:
-    # EOS names a transceiver component "<interface> transceiver"
-    return re.sub(r"\s+transceiver$", "", name, flags=re.IGNORECASE)
-
-
-def _is_transceiver(name: str) -> bool:
-    return bool(re.search(r"transceiver$", name, re.IGNORECASE))
-
-
 def _clean_name(v: object) -> str | None:
     # Some devices quote the name leaf (`"1"`, even `\"1\`, telegraf #14063/#16476)
     if not isinstance(v, str):
@@ -282,9 +276,18 @@ def _int_key(raw: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def map_notification(leaves: list[Leaf], *, device: str, fallback_ts_ms: int | None = None) -> MapResult:
-    """Turn the leaves of one notification into canonical samples."""
+def map_notification(leaves: list[Leaf], *, device: str, fallback_ts_ms: int | None = None,
+                     ties: PortTies | None = None) -> MapResult:
+    """Turn the leaves of one notification into canonical samples.
+
+    `ties` is what the device said about its component tree (gnmi_components.py); without
+    it, the tie leaves in this notification are used, then component names.
+    """
     out = MapResult()
+    if ties is None:
+        ties = PortTies()
+        ties.learn(leaves)
+    untied: set[str] = set()
     groups: dict[tuple[str, str, int | None, int | None, int], list[float]] = {}
     group_size: dict[tuple[str, str, int | None, int | None, int], int] = {}
     for leaf in leaves:
@@ -304,10 +307,14 @@ def map_notification(leaves: list[Leaf], *, device: str, fallback_ts_ms: int | N
             continue
         metric = rule.metric
         if rule.port == _COMP:
-            if metric == "device_temperature_celsius" and _is_transceiver(port):
+            if metric == "device_temperature_celsius" and ties.is_transceiver(port):
                 metric = "optic_temperature_celsius"  # a module's case temperature
             if metric != "device_temperature_celsius":
-                port = _component_port(port)
+                tied, _how = ties.port_of(port)
+                if tied is None:
+                    untied.add(port)
+                    continue
+                port = tied
         lane = _int_key(_key(leaf.path, rule.lane)) if rule.lane else None
         prio = _int_key(_key(leaf.path, rule.priority)) if rule.priority else None
         if (rule.lane and lane is None) or (rule.priority and prio is None):
@@ -327,6 +334,9 @@ def map_notification(leaves: list[Leaf], *, device: str, fallback_ts_ms: int | N
             group_size[k] = len(rule.group)
             continue
         out.samples.append(Sample(metric, value, ts_ms, device, port=port, lane=lane, priority=prio))
+    out.problems += [f"component {c!r}: not tied to a port (no interface transceiver or hardware-port leaf "
+                     f"reaches it, and its name fits no known pattern); its readings are dropped"
+                     for c in sorted(untied)]
     for (metric, port, lane, prio, ts_ms), vals in groups.items():
         if len(vals) == group_size[(metric, port, lane, prio, ts_ms)]:
             out.samples.append(Sample(metric, sum(vals), ts_ms, device, port=port, lane=lane, priority=prio))
@@ -338,9 +348,13 @@ def map_notification(leaves: list[Leaf], *, device: str, fallback_ts_ms: int | N
 
 def map_notifications(groups: Iterable[list[Leaf]], *, device: str,
                       fallback_ts_ms: int | None = None) -> MapResult:
+    groups = list(groups)
+    ties = PortTies()  # a capture's tie leaves may sit in any of its notifications
+    for leaves in groups:
+        ties.learn(leaves)
     total = MapResult()
     for leaves in groups:
-        r = map_notification(leaves, device=device, fallback_ts_ms=fallback_ts_ms)
+        r = map_notification(leaves, device=device, fallback_ts_ms=fallback_ts_ms, ties=ties)
         total.samples += r.samples
         total.problems += r.problems
         total.unmapped += r.unmapped
