@@ -314,6 +314,8 @@ def _subscribe_request(ps: PathSet, target: Target, discovery: dict[str, Any] | 
     interval = _sample_interval_ns(target)
     sample = [r for r in dict.fromkeys(map(req, ps.sample)) if r]
     on_change = [r for r in dict.fromkeys(map(req, ps.on_change)) if r and r not in sample]
+    if not sample and not on_change:  # discovery found nothing: ask as written, the stall check will tell
+        sample, on_change = list(ps.sample), list(ps.on_change)
     for p in ps.on_change:
         if req(p) in sample and on_warning:
             on_warning(f"{p}: sampled every {interval / 1e9:g} s, not on change: the target answers it only "

@@ -24,6 +24,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 import collectors.gnmi
+import collectors.gnmi_stream as gnmi_stream
 import collectors.host
 import collectors.snmp  # noqa: F401
 from collectors.base import CollectResult, Target, get_collector
@@ -89,8 +90,11 @@ def dispatch_collections(now_ms: int | None = None) -> int:
                 claimed = conn.execute(text(_CLAIM_SQL), {"id": ep.id, "grp": group, "slot": slot}).first()
                 if claimed is not None:
                     due.setdefault(ep.id, []).append(group)
+        streaming = gnmi_stream.streaming_now(conn)  # a live stream collects these: no Get poll
     by_id = {ep.id: ep for ep in endpoints}
     for ep_id, groups in due.items():
+        if ep_id in streaming:
+            continue
         ep = by_id[ep_id]
         expires = min(interval_s(ep, g, settings) for g in groups)
         collect_target.apply_async(args=[ep_id, groups], queue=queue_for(ep), expires=expires)
@@ -140,6 +144,9 @@ def collect_endpoint(engine: Engine, endpoint_id: int, groups: list[str]) -> Pen
         if protocol == "host":
             params.setdefault("interfaces", port_names)
             params.setdefault("nic_ports", nic_ports)
+        if protocol == "gnmi":  # what path discovery learned about this target (collectors/gnmi_discovery.py)
+            with engine.connect() as conn:
+                params["discovery"] = gnmi_stream.load_discovery(conn, endpoint_id)
         target = target.model_copy(update={"params": params})
         t0 = time.perf_counter()
         try:
@@ -152,6 +159,10 @@ def collect_endpoint(engine: Engine, endpoint_id: int, groups: list[str]) -> Pen
             log.exception("collector %s crashed on %s", protocol, target.name)
             result = CollectResult(target=target.name, error=f"collector crashed: {type(exc).__name__}: {exc}")
         result.duration_s = result.duration_s or time.perf_counter() - t0
+        discovered = getattr(result, "discovery", None)
+        if discovered and discovered != params.get("discovery"):
+            with contextlib.suppress(OperationalError), engine.begin() as conn:  # relearned next poll if lost
+                gnmi_stream.save_discovery(conn, endpoint_id, discovered)
     wanted = set(groups)
     result.samples = [s for s in result.samples if group_of(s.metric) in wanted]
     COLLECT_SECONDS.labels(protocol).observe(result.duration_s)

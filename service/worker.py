@@ -14,8 +14,13 @@ Celery enforces time limits only in the prefork pool (WORKER_POOL); its threads 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
 
-from celery import Celery, Task
+from celery import Celery, Task, bootsteps
 
 from service.broker import broker_url, transport_class, transport_options
 from service.config import Settings, SettingsError, get_settings
@@ -70,6 +75,54 @@ class LimitedTask(Task):  # type: ignore[misc]
 
 
 celery_app = Celery("fabricwatch", task_cls=LimitedTask)
+
+
+class GnmiStreams(bootsteps.StartStopStep):  # type: ignore[misc]
+    """Runs the gNMI Subscribe streams of the targets on this worker's queues (collectors/gnmi_stream.py).
+
+    They run in a child process (`python -m collectors.gnmi_stream`), restarted if it dies, so the
+    worker's own process holds no gRPC threads when its pool forks.
+    """
+
+    requires = {"celery.worker.components:Pool"}
+
+    def __init__(self, w: Any, **kwargs: Any) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stopping = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def start(self, w: Any) -> None:
+        queues = ",".join(sorted(w.app.amqp.queues.consume_from or w.app.amqp.queues))
+        argv = [sys.executable, "-m", "collectors.gnmi_stream", "--queues", queues]
+
+        def keep_running() -> None:
+            delay = 1.0
+            while not self.stopping.is_set():
+                started = time.monotonic()
+                self.proc = subprocess.Popen(argv)
+                while self.proc.poll() is None and not self.stopping.wait(0.5):
+                    pass
+                if time.monotonic() - started > 60:
+                    delay = 1.0
+                self.stopping.wait(delay)  # a crash loop backs off, up to a minute
+                delay = min(60.0, delay * 2)
+
+        self.thread = threading.Thread(target=keep_running, daemon=True, name="gnmi-streams")
+        self.thread.start()
+
+    def stop(self, w: Any) -> None:
+        self.stopping.set()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        if self.thread is not None:
+            self.thread.join(5)
+
+
+celery_app.steps["worker"].add(GnmiStreams)
 
 
 def configure(app: Celery, settings: Settings) -> Celery:

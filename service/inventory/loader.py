@@ -259,7 +259,7 @@ def _check_endpoint(ep: Endpoint, loc: Loc) -> Iterator[tuple[Loc, str]]:
     elif ep.v3 is not None and (ep.version or "2c") != "3":
         yield (*loc, "v3"), "a 'v3' block needs version: '3'"
     if ep.protocol != "gnmi":
-        for name in ("username", "password", "tls", "path_set"):
+        for name in ("username", "password", "tls", "path_set", "mode"):
             if getattr(ep, name) is not None:
                 yield (*loc, name), f"is a gNMI setting but this endpoint's protocol is {ep.protocol!r}"
     if ep.protocol != "host":

@@ -149,6 +149,8 @@ class Endpoint(Strict):
     password: SecretRef | None = None
     tls: Tls | None = None
     path_set: str | None = Field(default=None, description="openconfig, arista, nokia, juniper, ...")
+    mode: Literal["stream", "poll"] | None = Field(
+        default=None, description="gNMI collection: stream (Subscribe, the default) or poll (Get each interval)")
     # host agent
     sysfs_root: str | None = None
     ethtool: str | None = Field(default=None, description="ethtool command to run (path or wrapper); default 'ethtool'")
