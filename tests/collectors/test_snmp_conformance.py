@@ -120,3 +120,21 @@ devices:
       - {protocol: gnmi, management_ports: [mgmt0]}
 """, source="inv.yaml")
     assert "management_ports: is an SNMP setting" in str(info.value)
+
+
+def test_devices_md_says_what_the_corpus_tests() -> None:
+    """docs/devices.md, Switches (SNMP): "tested"/"partial" exactly where a walk has checked values."""
+    from tests.snmp_corpus import REPO
+
+    text = (REPO / "docs" / "devices.md").read_text()
+    section = text.split("\n## Switches (SNMP)\n", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("|")]
+    header, body = rows[0][1:], {r[0]: r[1:] for r in rows[2:]}
+    assert header == ["ports", "state", "counters", "optics", "device"]
+    for walk in WALKS:
+        assert walk.platform in body, f"{walk.platform}: no row in docs/devices.md"
+        for group, cell in zip(header, body[walk.platform], strict=True):
+            claimed = cell.startswith(("tested", "partial"))
+            assert claimed == (group == "ports" or group in walk.expect), (walk.platform, group, cell)
+            if group in walk.unsupported:
+                assert cell.startswith(("not supported", "not in the walk")), (walk.platform, group, cell)
