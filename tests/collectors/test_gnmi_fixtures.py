@@ -70,7 +70,16 @@ def _check_junos_optics(samples: list) -> None:
 
 
 # Every file must appear here: parsed (with a spot check) or rejected (with the reason's words).
+def _srl_interface_state(samples: list) -> None:
+    assert _one(samples, "port_rx_bytes_total", port="ethernet-1/31") == 28252060
+    assert _one(samples, "port_rx_errors_total", port="ethernet-1/31") == 3
+    assert _one(samples, "port_oper_up", port="ethernet-1/31") == 1.0
+
+
 EXPECTED: dict[str, object] = {
+    # pygnmi's get() rendering is not a capture format we read; tests/collectors/gnmi_servers.py serves it
+    "arista_ceos_pygnmi_get_interface_Ethernet2_state.json": "neither gnmic ('updates') nor SubscribeResponse",
+    "nokia_srlinux_oc_gnmic_get_interface_ethernet-1-31_state.json": _srl_interface_state,
     "arista_eos_gnmic_get_component_temperature_decimal64.json": "invalid JSON: Expecting ','",
     "arista_eos_gnmic_get_interface_Ethernet1_state_counters.json": "invalid JSON",
     "arista_eos_gnmic_get_oc_transceiver_physical_channels_dom_Ethernet49.json": "has no timestamp",
