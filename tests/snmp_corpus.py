@@ -19,7 +19,6 @@ from service.telemetry.samples import Sample
 REPO = Path(__file__).resolve().parents[1]
 WALKS = REPO / "tests" / "data" / "real" / "snmp"
 EXPECTATIONS = REPO / "tests" / "data" / "snmp" / "conformance.toml"
-GROUPS = ("counters", "state", "optics", "device")
 
 
 @dataclass(frozen=True)
