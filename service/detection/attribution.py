@@ -1,8 +1,10 @@
-"""Layer 3: persistence (k of n cycles), hysteresis state, cause/end/action, and grouping.
+"""Layer 3: persistence (k of n observations), hysteresis state, cause/end/action, and grouping.
 
-Persistence: each condition keeps a bit history per port; it fires when it held in >= k of the
-last n cycles, and an alert that fired stays "holding" while it held at least once in the last
-n (the leave condition). Attribution follows the signature tables F19/F22/F30:
+Persistence: each condition keeps its last observations per port (held or not, and when); it fires
+when it held in >= k of the last n observations within Config.persist_window_ms of data time, and an
+alert that fired stays "holding" while it held at least once in them (the leave condition). An
+observation is a cycle that brought new data of the condition's inputs: a cycle without any leaves the
+condition as it was (docs/detection.md, "Observations"). Attribution follows the signature tables F19/F22/F30:
 
 | signature (at the receiver unless said)                 | cause            | fault end | action          |
 |---------------------------------------------------------|------------------|-----------|-----------------|
@@ -11,7 +13,7 @@ n (the leave condition). Attribution follows the signature tables F19/F22/F30:
 | rx down, far tx normal, stable                          | CONTAMINATION    | local     | clean           |
 | bias rising at the transmitter (own DOM)                | TX_WEAROUT       | local     | replace local   |
 | recoveries / error bursts / flaps, powers normal        | LOOSE_MODULE     | local     | reseat          |
-| >= 5 flaps within one poll step (<= 75 s)               | FLAP_STORM       | link      | disable port    |
+| >= 5 flaps within 30 min of data time, not a loose module | FLAP_STORM      | link      | disable port    |
 | >= 30 % of one device's ports at once                   | SHARED_COMPONENT | device    | escalate device |
 | uncorrectable codewords / symbol errors, optics normal  | POST_FEC         | local     | replace cable/module |
 | stall counters or ~100 % tx pause with rx ~0 (host)     | NIC_PAUSE_STORM  | host      | drain host      |
@@ -34,15 +36,17 @@ import numpy as np
 from service.detection.features import Features
 from service.detection.findings import Action, Cause, Evidence, Finding, Severity
 from service.detection.rules import Conditions
-from service.detection.state import Fabric, FeatureState
+from service.detection.state import DEGRADED, EPOCH_MS, HIST, Fabric, FeatureState
 
-# kind -> (k, n): fire when the condition held in >= k of the last n cycles
+# kind -> (k, n): fire when the condition held in >= k of the last n observations within
+# Config.persist_window_ms (n <= state.HIST)
 KN: dict[str, tuple[int, int]] = {
-    "optical_degradation": (3, 5), "post_fec_errors": (2, 3), "flap_storm": (1, 3), "loose_module": (1, 1),
+    "optical_degradation": (3, 5), "post_fec_errors": (2, 3), "flap_storm": (1, 1), "loose_module": (1, 1),
     "pause_storm": (1, 2), "host_side": (3, 5), "congestion": (3, 5), "ber_degradation": (3, 5),
     "dom_threshold": (2, 3), "bias_drift": (2, 3), "anomaly": (4, 5), "link_down": (1, 1),
 }
 SHARED_KN = (2, 4)
+assert max(n for _, n in (*KN.values(), SHARED_KN)) <= HIST
 PHYSICAL_RAW = ("optical_degradation", "post_fec_errors", "flap_storm", "ber_degradation", "loose_module",
                 "anomaly", "link_down")
 SHARED_HITS = ("optical_degradation", "post_fec_errors", "flap_storm", "ber_degradation", "loose_module",
@@ -51,7 +55,7 @@ SHARED_HITS = ("optical_degradation", "post_fec_errors", "flap_storm", "ber_degr
 EXPLAINS = {
     "flap_storm": ("loose_module", "ber_degradation", "post_fec_errors", "anomaly"),
     "optical_degradation": ("ber_degradation", "post_fec_errors", "anomaly"),
-    "loose_module": ("ber_degradation", "anomaly"),
+    "loose_module": ("ber_degradation", "post_fec_errors", "anomaly"),  # its bursts are intermittent errors
     "post_fec_errors": ("ber_degradation", "anomaly"),
     "pause_storm": ("congestion", "host_side"),
     "host_side": ("congestion",),
@@ -60,39 +64,62 @@ EXPLAINS = {
 }
 
 
-def _popcount(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.uint32)
-    c = np.zeros(len(x), np.int64)
-    for b in range(32):
-        c += (x >> np.uint32(b)) & np.uint32(1)
-    return c
+def _secs(ms: int | np.ndarray) -> np.ndarray:
+    return np.asarray((np.asarray(ms, np.int64) - EPOCH_MS) // 1000, np.int64).clip(0, 2**32 - 1).astype(np.uint32)
 
 
-def _step_history(hist: np.ndarray, latched: np.ndarray, raw: np.ndarray, k: int, n: int,
-                  now: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Shift in this cycle's condition; returns (firing, holding) and updates hist/latched in place.
+def observe_history(hit: np.ndarray, t: np.ndarray, latched: np.ndarray, raw: np.ndarray, fresh: np.ndarray,
+                    at_ms: int, k: int, n: int, window_ms: int, now: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Shift this cycle's condition into the history of entities observed now; (firing, holding, count).
 
-    `now` marks raw conditions strong enough to fire without waiting for k of n.
+    `hit`/`t` (entities x HIST) are the newest observations, newest last; only `fresh` entities shift, so a
+    cycle without new data neither counts as "absent" nor ages the history. Firing: held in >= k of the last n
+    observations that are within `window_ms` of data time; holding: fired before and held at least once in
+    them. `now` marks conditions strong enough to fire on one observation.
     """
-    mask = np.uint32((1 << n) - 1)
-    hist[:] = ((hist << np.uint32(1)) | raw.astype(np.uint32)) & mask
-    count = _popcount(hist)
+    H = hit.shape[1]
+    sec = int(_secs(at_ms))
+    if fresh.any():
+        hit[fresh, :-1] = hit[fresh, 1:]
+        hit[fresh, -1] = raw[fresh]
+        t[fresh, :-1] = t[fresh, 1:]
+        t[fresh, -1] = sec
+    recent = (t[:, H - n:] >= np.uint32(max(sec - window_ms // 1000, 0))) & (t[:, H - n:] > 0)
+    count = (hit[:, H - n:] & recent).sum(axis=1)
     firing = count >= k
     if now is not None:
-        firing |= now & raw
+        firing |= now & raw & fresh
     holding = latched & ~firing & (count >= 1)
     latched[:] = (latched | firing) & (count >= 1)
-    return firing, holding
+    return firing, holding, count
 
 
-def persist(st: FeatureState, raw: dict[str, np.ndarray], now: dict[str, np.ndarray] | None = None
-            ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    firing, holding = {}, {}
+def persist(st: FeatureState, raw: dict[str, np.ndarray], fresh: dict[str, np.ndarray],
+            obs_ms: dict[str, np.ndarray], at_ms: int, now: dict[str, np.ndarray] | None = None
+            ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Persistence per condition over observations; returns (firing, holding, effective raw) and keeps onsets.
+
+    A port whose inputs of a condition brought nothing new keeps that condition's previous raw value."""
+    firing, holding, eff = {}, {}, {}
     now = now or {}
+    win = st.cfg.persist_window_ms
     for kind, r in raw.items():
         k, n = KN.get(kind, (1, 1))
-        firing[kind], holding[kind] = _step_history(st.hist[kind], st.latched[kind], r, k, n, now.get(kind))
-    return firing, holding
+        fr = fresh.get(kind, np.ones(len(r), bool))
+        r = np.where(fr, r, st.last_raw[kind])
+        st.last_raw[kind][fr] = r[fr]
+        eff[kind] = r
+        firing[kind], holding[kind], count = observe_history(
+            st.obs_hit[kind], st.obs_t[kind], st.latched[kind], r, fr, at_ms, k, n, win, now.get(kind))
+        # onset: the data time of the observation where the condition first held, kept while any of its recent
+        # observations held or its finding is open
+        on = st.onset[kind]
+        start = fr & r & (on == 0)
+        on[start] = np.maximum(obs_ms.get(kind, np.zeros(len(r), np.int64))[start], 1)
+        on[start & (on <= 1)] = at_ms
+        on[~(firing[kind] | holding[kind]) & (count == 0)] = 0
+    return firing, holding, eff
 
 
 def shared_devices(st: FeatureState, raw: dict[str, np.ndarray], f: Features) -> tuple[np.ndarray, np.ndarray]:
@@ -102,7 +129,7 @@ def shared_devices(st: FeatureState, raw: dict[str, np.ndarray], f: Features) ->
     The far ends of those ports see the same flaps, so a port whose link ends on a device with
     more hit ports that qualifies (or already holds a shared finding) is explained there, and a
     host cabled to a failing line card is not a second shared component.
-    Returns (device raw mask (D,), port member mask (P,)).
+    Returns (device raw mask (D,), hit ports (P,)).
     """
     fab, cfg = st.fabric, st.cfg
     D = len(fab.dev_names)
@@ -127,7 +154,7 @@ def shared_devices(st: FeatureState, raw: dict[str, np.ndarray], f: Features) ->
     if explained.any():
         hit &= ~explained
         dev_raw, _ = qualify(hit)
-    return dev_raw, hit & dev_raw[fab.dev]
+    return dev_raw, hit
 
 
 def _ev(name: str, value: float, baseline: float | None = None, cohort: float | None = None, unit: str = "",
@@ -160,12 +187,25 @@ class Builder:
         dev, port = self._names(fp)
         q = int(self.fab.peer[fp])
         pdev, pport = self._names(q) if q >= 0 else (None, None)
+        evidence = (evidence or []) + self.context(kind, p)
         self.out.append(Finding(
             kind=kind, scope=scope, device=dev, port=port, lane=None, cause=cause, severity=sev, action=action,
             state=state, score=round(float(score), 4) if np.isfinite(score) else 0.0, at_ms=self.at, summary=summary,
             peer_device=pdev, peer_port=pport, end=end,
             ttt_hours=None if ttt is None or not np.isfinite(ttt) else round(float(ttt), 1),
             evidence=evidence or []))
+
+    def context(self, kind: str, p: int) -> list[Evidence]:
+        """Evidence every finding carries: when its condition first held (onset_ms, data time), and what its rule
+        ran without on this port (one `degraded_input` per missing input)."""
+        ev = []
+        on = int(self.st.onset[kind][p]) if kind in self.st.onset else 0
+        if on > 0:
+            ev.append(Evidence("onset_ms", float(on), None, None, "ms", f"condition first held at {_utc(on)}"))
+        bits = int(self.cond.degraded[kind][p]) if kind in self.cond.degraded else 0
+        ev += [Evidence("degraded_input", float("nan"), None, None, "", why)
+               for i, why in enumerate(DEGRADED) if bits >> i & 1]
+        return ev
 
     # -- optical ----------------------------------------------------------------------------
     def optical(self, p: int, state: str) -> None:
@@ -306,11 +346,11 @@ _SIMPLE: dict[str, tuple[Cause, Severity, Action, str, str | None]] = {
 def _summary(b: Builder, kind: str, p: int) -> tuple[str, list[Evidence]]:
     f, st = b.f, b.st
     dev, port = b._names(p)
-    pen = st.penalty
     if kind == "post_fec_errors":
-        return (f"post-FEC errors on {dev}:{port}: {f.post_fec[p]:.0f} uncorrectable codewords/symbol errors "
-                f"this cycle (any is too many)",
+        what = "FCS/CRC errors" if f.post_fec_from_fcs[p] else "uncorrectable codewords/symbol errors"
+        return (f"post-FEC errors on {dev}:{port}: {f.post_fec[p]:.0f} {what} in the last poll (any is too many)",
                 [_ev("post_fec_errors", f.post_fec[p], 0.0, None, "count"),
+                 _ev("fcs_errors", f.fcs_errors[p], 0.0, None, "frames"),
                  _ev("log10_pre_fec_ber", f.log_ber[p], st.base["logber"].loc[p], None, "log10"),
                  _ev("rx_margin_low_warn_db", f.rx_margin_min[p], None, f.rx_margin_cohort_med[p], "dB")])
     if kind == "link_down":
@@ -330,16 +370,18 @@ def _summary(b: Builder, kind: str, p: int) -> tuple[str, list[Evidence]]:
                      "strongest lane, far end")])
     if kind == "flap_storm":
         win = st.cfg.flap_storm_window_s
-        return (f"link flap storm on {dev}:{port}: {f.flap_peak[p]:.0f} flaps in one poll step "
-                f"({f.flap_peak_rate[p]:.0f} per {win:.0f} s)",
-                [_ev("flaps_per_window", f.flap_peak_rate[p], 0.0, None, f"per {win:.0f} s"),
-                 _ev("flaps_window", f.flaps[p], None, None, "count")])
+        n = int(f.flaps_window[p])
+        many = f"{n}" if n < st.flaps.t.shape[1] else f"{n} or more"
+        return (f"link flap storm on {dev}:{port}: {many} flaps within the last {win / 60:.0f} min "
+                f"({st.cfg.flap_storm_count} or more is a storm)",
+                [_ev("flaps_in_window", float(n), 0.0, None, f"per {win / 60:.0f} min"),
+                 _ev("flaps_last_poll", f.flaps[p], None, None, "count")])
     if kind == "loose_module":
         return (f"loose or bad module at {dev}:{port}: repeated link recoveries/error bursts with normal optical "
                 f"power; reseat it",
-                [_ev("recovery_penalty", pen["recovery"][p], 0.0, None), _ev("burst_penalty", pen["burst"][p], 0.0),
-                 _ev("flap_penalty", pen["flap"][p], 0.0), _ev("rx_delta_baseline_db", f.rx_delta_min[p], 0.0,
-                                                              None, "dB")])
+                [_ev("recovery_penalty", f.recovery_pen[p], 0.0, None), _ev("burst_penalty", f.burst_pen[p], 0.0),
+                 _ev("flap_penalty", f.flap_pen[p], 0.0), _ev("post_fec_errors", f.post_fec[p], 0.0, None, "count"),
+                 _ev("rx_delta_baseline_db", f.rx_delta_min[p], 0.0, None, "dB")])
     if kind == "pause_storm":
         return (f"NIC pause storm at {dev}:{port}: tx pause duty {f.tx_pause_duty[p]:.0%}, rx utilisation "
                 f"{np.nan_to_num(f.rx_util[p]):.1%}, stall events {np.nan_to_num(f.storm_events[p]):.0f}; "
@@ -383,9 +425,12 @@ def _summary(b: Builder, kind: str, p: int) -> tuple[str, list[Evidence]]:
 
 
 def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.ndarray],
-          holding: dict[str, np.ndarray], dev_fire: np.ndarray, dev_hold: np.ndarray, members: np.ndarray,
-          at_ms: int) -> list[Finding]:
-    """All findings of one cycle, in a deterministic order (kind order, then port index)."""
+          holding: dict[str, np.ndarray], dev_fire: np.ndarray, dev_hold: np.ndarray, dev_pending: np.ndarray,
+          members: np.ndarray, at_ms: int) -> list[Finding]:
+    """All findings of one cycle, in a deterministic order (kind order, then port index).
+
+    `dev_pending`: devices whose shared-component condition holds in their newest observation but has not
+    persisted yet; their ports' physical findings wait for it (one device finding, not a page per port first)."""
     fab = st.fabric
     b = Builder(st, f, cond, at_ms)
     active = {k: firing[k] | holding[k] for k in firing}
@@ -401,14 +446,12 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
             for h in hides:
                 if h in active:
                     active[h] = active[h] & ~active[k]
-    # one device ticket, not N link tickets
-    in_shared = (dev_fire | dev_hold)[fab.dev]  # every port of a device under a shared-component finding
-    # a link_down fires on its first cycle: it waits while its device's shared condition awaits persistence,
-    # so a line card taking many links down gives one device finding, not a page per link first
-    shared_links = _either_end((dev_fire | dev_hold | (st.dev_hist & 1).astype(bool))[fab.dev], fab.peer)
+    # one device ticket, not N link tickets: every physical finding on a port of a device under (or awaiting)
+    # a shared-component finding, or at the far end of such a port's link, is folded into the device's
+    shared_links = _either_end((dev_fire | dev_hold | dev_pending)[fab.dev], fab.peer)
     for k in PHYSICAL_RAW:
         if k in active and k != "flap_storm":
-            active[k] = active[k] & ~(shared_links if k == "link_down" else in_shared)
+            active[k] = active[k] & ~shared_links
     for k in ("flap_storm", "loose_module", "link_down"):
         if k in active:
             active[k] = link_dedupe(active[k], cond.score[k], fab.peer)
@@ -418,7 +461,11 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
         n_linked = int(((fab.dev == d) & (fab.peer >= 0)).sum())
         ev = [_ev("affected_port_frac", len(names) / max(n_linked, 1), 0.0, None, "fraction"),
               _ev("worst_log10_pre_fec_ber", float(np.nanmax(f.log_ber[ports])) if len(ports) and
-                  np.isfinite(f.log_ber[ports]).any() else np.nan, None, None, "log10")]
+                  np.isfinite(f.log_ber[ports]).any() else np.nan, None, None, "log10"),
+              _ev("post_fec_ports", float((np.nan_to_num(f.post_fec[ports]) > 0).sum()), 0.0, None, "ports")]
+        if st.dev_onset[d] > 0:
+            ev.append(Evidence("onset_ms", float(st.dev_onset[d]), None, None, "ms",
+                               f"condition first held at {_utc(int(st.dev_onset[d]))}"))
         b.out.append(Finding(
             kind="shared_component", scope="device", device=fab.dev_names[d], port=None, lane=None,
             cause=Cause.SHARED_COMPONENT, severity=Severity.PAGE, action=Action.ESCALATE_DEVICE,

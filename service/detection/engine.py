@@ -1,8 +1,9 @@
 """One detection cycle at data time T: features -> rules -> trends -> forest -> persistence/attribution.
 
 `Engine.run_cycle(state, at_ms)` evaluates what the state has observed since its previous
-cycle, returns the findings, and then moves the rolling state on (baselines, trend buckets,
-decayed penalties, training reservoir, window roll). It reads no database and no clock: the
+cycle (each metric's newest observation: what arrived since then, or what it held before),
+returns the findings, and then moves the rolling state on (baselines and trend buckets for the
+metrics that brought new data, training reservoir, window roll). It reads no database and no clock: the
 same observations and cycle times always give the same findings, which is what makes
 backtest equal live detection.
 """
@@ -26,10 +27,10 @@ class Engine:
 
     def run_cycle(self, st: FeatureState, at_ms: int) -> list[Finding]:
         cfg, fab = st.cfg, st.fabric
-        prev = st.last_cycle_ms
-        dt_ms = (at_ms - prev) if prev is not None and at_ms > prev else 60_000
+        st.settle(at_ms)
         f = compute(st, at_ms)
-        self._decay(st, f, dt_ms)
+        fresh, obs_ms = rules.fresh_kinds(st)
+        self._bursts(st, f, fresh, obs_ms)
         if st.next_bucket_ms is None:
             st.next_bucket_ms = (at_ms // cfg.trend_bucket_ms + 1) * cfg.trend_bucket_ms
         self._trend_add(st, f)
@@ -38,26 +39,45 @@ class Engine:
             st.next_bucket_ms = (at_ms // cfg.trend_bucket_ms + 1) * cfg.trend_bucket_ms
         cond = rules.evaluate(f, st)
         X = if_matrix(f, st)
-        physical_now = np.zeros(fab.P, bool)
+        score, th = self.models.score(X, fab.cohort, fab.cohort_names)
+        physical_raw = np.zeros(fab.P, bool)
         for k in attribution.PHYSICAL_RAW:
             if k in cond.raw:
-                physical_now |= cond.raw[k]
-        score, th = self.models.score(X, fab.cohort, fab.cohort_names)
+                physical_raw |= np.where(fresh.get(k, True), cond.raw[k], st.last_raw[k])
         with np.errstate(invalid="ignore"):
-            cond.raw["anomaly"] = np.nan_to_num(score > th, nan=0.0).astype(bool) & ~physical_now & cond.optics_ok
+            cond.raw["anomaly"] = np.nan_to_num(score > th, nan=0.0).astype(bool) & ~physical_raw & cond.optics_ok
         cond.score["anomaly"] = np.nan_to_num(score - th, nan=0.0)
-        firing, holding = attribution.persist(st, cond.raw, cond.now)
-        dev_raw, members = attribution.shared_devices(st, cond.raw, f)
+        # time-based conditions carry their own data time: every cycle observes them
+        every = np.ones(fab.P, bool)
+        for k in rules.TIMED:
+            fresh[k] = every
+        obs_ms["flap_storm"] = f.storm_since
+        obs_ms["link_down"] = st.down_since
+        obs_ms["loose_module"] = np.maximum.reduce([d.t for d in st.pen.values()])
+        firing, holding, eff = attribution.persist(st, cond.raw, fresh, obs_ms, at_ms, cond.now)
+        st.blocked, st.degraded = cond.blocked, cond.degraded
+        physical_now = np.zeros(fab.P, bool)
+        for k in attribution.PHYSICAL_RAW:
+            if k != "anomaly":  # a raw outlier is not flagged until it persists (training keeps such rows)
+                physical_now |= eff[k]
+        dev_raw, hit = attribution.shared_devices(st, eff, f)
+        dev_fresh = np.bincount(fab.dev, weights=rules.polled(st), minlength=len(fab.dev_names)) > 0
         k, n = attribution.SHARED_KN
-        dev_fire, dev_hold = attribution._step_history(st.dev_hist, st.dev_latched, dev_raw, k, n)
-        findings = attribution.build(st, f, cond, firing, holding, dev_fire, dev_hold, members, at_ms)
+        dev_fire, dev_hold, dev_count = attribution.observe_history(
+            st.dev_hit, st.dev_t, st.dev_latched, dev_raw, dev_fresh, at_ms, k, n, cfg.persist_window_ms)
+        dev_on = st.dev_onset
+        dev_on[dev_raw & dev_fresh & (dev_on == 0)] = at_ms
+        dev_on[~(dev_fire | dev_hold) & (dev_count == 0)] = 0
+        dev_pending = st.dev_hit[:, -1] & ~(dev_fire | dev_hold)
+        members = hit & (st.dev_hit[:, -1] | dev_fire | dev_hold)[fab.dev]
+        findings = attribution.build(st, f, cond, firing, holding, dev_fire, dev_hold, dev_pending, members, at_ms)
         # anything active or raw-physical on a port freezes its baselines and keeps it out of training
         flagged = physical_now.copy()
         for kind in firing:
             if kind not in ("congestion", "pause_storm", "host_side"):  # these do not move physical baselines
                 flagged |= firing[kind] | holding[kind]
         st.flagged = flagged
-        self._learn(st, f, X, flagged, at_ms, dt_ms)
+        self._learn(st, f, X, flagged, at_ms, fresh)
         st.last_cycle_ms = at_ms
         st.cycles += 1
         st.roll()
@@ -65,26 +85,39 @@ class Engine:
 
     # -- moving the state on ------------------------------------------------------------------
     @staticmethod
-    def _decay(st: FeatureState, f: Features, dt_ms: int) -> None:
-        fac = 0.5 ** (dt_ms / st.cfg.decay_half_life_ms)
-        pen = st.penalty
+    def _bursts(st: FeatureState, f: Features, fresh: dict[str, np.ndarray], obs_ms: dict[str, np.ndarray]) -> None:
+        """Error-burst onsets into the loose-module memory: a BER jump >= 1 decade over its baseline in the
+        worst rate sub-window, or any post-FEC error, after Config.burst_quiet_ms without either. Errors that go
+        on are one burst (a level change, or a steady trickle), not an intermittent module."""
+        cfg = st.cfg
         with np.errstate(invalid="ignore"):
-            pen["flap"] = pen["flap"] * fac + (np.nan_to_num(f.flaps, nan=0.0) > 0)
-            # each link error recovery is a retrain (a micro-flap); a few in one poll weigh more than one
-            pen["recovery"] = pen["recovery"] * fac + np.clip(np.nan_to_num(f.recoveries, nan=0.0), 0, 3)
-            burst = np.nan_to_num(f.log_ber_delta, nan=0.0) >= 1.0
-            # count burst onsets: a BER that stays up is a level change, not an intermittent module
-            pen["burst"] = np.minimum(pen["burst"] * fac + (burst & (pen["burst_on"] == 0)), 10.0)
-            pen["burst_on"] = burst.astype(float)
-            pen["flap"] = np.minimum(pen["flap"], 10.0)
-            pen["recovery"] = np.minimum(pen["recovery"], 10.0)
+            ber = fresh["ber_degradation"] & (np.nan_to_num(f.log_ber_peak - st.base["logber"].loc, nan=0.0) >= 1.0)
+            fec = fresh["post_fec_errors"] & (np.nan_to_num(f.post_fec, nan=0.0) > 0)
+        err = ber | fec
+        if not err.any():
+            return
+        c = st.counters
+        t = np.where(ber, obs_ms["ber_degradation"], 0)
+        t = np.maximum(t, np.where(fec, obs_ms["post_fec_errors"], 0))
+        span = np.maximum(c["port_fec_corrected_bits_total"].h_ms, c["port_fec_uncorrectable_codewords_total"].h_ms)
+        span = np.maximum(span, c["port_rx_fcs_errors_total"].h_ms)
+        gap = (t - np.where(err, span, 0)) - st.burst_ms
+        onset = err & ((st.burst_ms == 0) | (gap >= cfg.burst_quiet_ms))
+        idx = np.flatnonzero(onset)
+        if len(idx):
+            order = np.argsort(t[idx], kind="stable")
+            st.pen["burst"].add(idx[order], t[idx][order], np.ones(len(idx)))
+            f.burst_pen = st.pen["burst"].value(f.at_ms)
+        st.burst_ms[err] = t[err]
 
     @staticmethod
     def _trend_add(st: FeatureState, f: Features) -> None:
-        st.trend["rx"].add(f.rx)
-        st.trend["temp"].add(f.temp)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            st.trend["bias"].add(f.bias / st.base["bias"].loc)  # relative to baseline: %/day directly
+        """Each observation once into its bucket (a held value is not a new reading)."""
+        fm = st.fresh_m
+        st.trend["rx"].add(np.where(fm["optic_rx_power_dbm"], f.rx, np.nan))
+        st.trend["temp"].add(np.where(fm["optic_temperature_celsius"], f.temp, np.nan))
+        with np.errstate(invalid="ignore", divide="ignore"):  # relative to baseline: %/day directly
+            st.trend["bias"].add(np.where(fm["optic_tx_bias_amperes"], f.bias / st.base["bias"].loc, np.nan))
 
     @staticmethod
     def _trend_close(st: FeatureState, at_ms: int) -> None:
@@ -117,22 +150,23 @@ class Engine:
             lt["bias_slope"][rows] = slope
 
     def _learn(self, st: FeatureState, f: Features, X: np.ndarray, flagged: np.ndarray, at_ms: int,
-               dt_ms: int) -> None:
+               fresh: dict[str, np.ndarray]) -> None:
         cfg, fab = st.cfg, st.fabric
-        alpha = min(1.0, dt_ms / cfg.baseline_tau_ms)
+        tau, fm = cfg.baseline_tau_ms, st.fresh_m
         lp = fab.lane_port
         # a transmitter whose receiver is flagged keeps its tx/bias baseline too: a slowly dying laser must
         # not become its own new normal while the far end's alert is open (tx-vs-contamination test)
         peer = fab.peer[lp]
         tx_frozen = flagged[lp] | np.where(peer >= 0, flagged[np.maximum(peer, 0)], False)
-        st.base["rx"].update(f.rx, alpha, flagged[lp])
-        st.base["tx"].update(f.tx, alpha, tx_frozen)
-        st.base["bias"].update(f.bias, alpha, tx_frozen)
+        st.base["rx"].update(f.rx, at_ms, tau, fm["optic_rx_power_dbm"], flagged[lp])
+        st.base["tx"].update(f.tx, at_ms, tau, fm["optic_tx_power_dbm"], tx_frozen)
+        st.base["bias"].update(f.bias, at_ms, tau, fm["optic_tx_bias_amperes"], tx_frozen)
         no_flap = ~(np.nan_to_num(f.flaps, nan=0.0) > 0)
-        st.base["logber"].update(np.where(no_flap, f.log_ber, np.nan), alpha, flagged)
-        st.base["temp"].update(f.temp, alpha, flagged)
+        st.base["logber"].update(f.log_ber, at_ms, tau, fresh["ber_degradation"] & no_flap, flagged)
+        st.base["temp"].update(f.temp, at_ms, tau, fm["optic_temperature_celsius"], flagged)
         # training reservoir: a deterministic sample of clean rows per cohort
-        clean = np.flatnonzero(~flagged & np.isfinite(X).any(axis=1) & (np.nan_to_num(f.oper_up, nan=0.0) > 0))
+        clean = np.flatnonzero(~flagged & fresh["anomaly"] & np.isfinite(X).any(axis=1)
+                               & (np.nan_to_num(f.oper_up, nan=1.0) > 0))
         if len(clean):
             rng = np.random.default_rng([at_ms & 0x7FFFFFFF, 0xF0])
             take = rng.permutation(clean)[: cfg.if_rows_per_cycle * max(1, len(fab.cohort_names))]

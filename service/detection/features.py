@@ -1,8 +1,9 @@
 """Per-cycle features (detection.md section 2), as arrays over ports and lanes.
 
-`compute` reads one cycle window of a FeatureState (what arrived since the last cycle) plus
-its rolling baselines, and returns plain arrays; nothing here mutates the state. Missing data
-gives NaN, and every rule compares with NaN-safe operators, so a gap raises nothing.
+`compute` reads each metric's newest observation in a FeatureState (the readings of the latest cycle that
+brought any, held until new ones come or they go stale) plus its rolling baselines, and returns plain
+arrays; nothing here mutates the state. Missing data gives NaN, and every rule compares with NaN-safe
+operators, so a gap raises nothing.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def seg_argmin(x: np.ndarray, off: np.ndarray) -> np.ndarray:
 class Features:
     at_ms: int
     # state
-    oper_up: np.ndarray
+    oper_up: np.ndarray            # the newest oper observation's minimum (a down reading in it counts); NaN: none
     admin_up: np.ndarray
     peer_admin_up: np.ndarray
     # optics, lanes (packed)
@@ -70,24 +71,36 @@ class Features:
     rx_margin_alarm_min: np.ndarray
     worst_lane: np.ndarray
     lane_spread: np.ndarray
+    lit: np.ndarray                # (P,) bool: some lane reads above Config.lit_dbm
     temp: np.ndarray
     temp_delta: np.ndarray
     volt: np.ndarray
     # FEC / BER
     log_ber: np.ndarray
+    log_ber_peak: np.ndarray       # the worst rate sub-window's BER (a burst inside a long observation)
     ber_margin_dec: np.ndarray
     log_ber_delta: np.ndarray
-    post_fec: np.ndarray           # uncorrectable codewords + symbol errors in the window
+    ber_from_gauge: np.ndarray     # (P,) bool: BER read from the device's gauge, not from counters
+    post_fec: np.ndarray           # uncorrectable codewords + symbol errors (else FCS, else rx errors) in the obs.
+    post_fec_from_fcs: np.ndarray  # (P,) bool
+    fcs_errors: np.ndarray
     # link state
-    flaps: np.ndarray
-    flap_peak: np.ndarray
-    flap_peak_rate: np.ndarray     # the worst step's flaps per storm window (Config.flap_storm_window_s)
+    flaps: np.ndarray              # flaps in the newest counter observation
+    flaps_window: np.ndarray       # flaps within Config.flap_storm_window_s of data time (capped at the ring)
+    storm_since: np.ndarray        # data time of the flap_storm_count-th newest flap (0: fewer)
     recoveries: np.ndarray
+    flap_pen: np.ndarray           # decayed counts at the cycle time (loose-module memory)
+    recovery_pen: np.ndarray
+    burst_pen: np.ndarray
     # congestion and flow control
-    tx_pause_duty: np.ndarray
+    tx_pause_duty: np.ndarray      # worst priority, worst rate sub-window
+    tx_pause_duty_mean: np.ndarray  # worst priority, over the observation
     rx_pause_duty: np.ndarray
     storm_events: np.ndarray
-    rx_util: np.ndarray
+    rx_util: np.ndarray            # over the observation
+    rx_util_low: np.ndarray        # the least-loaded rate sub-window
+    rx_bps_low: np.ndarray
+    line_known: np.ndarray         # (P,) bool: a line rate is known (inventory, speed gauge or rx phy bits)
     ecn_frac: np.ndarray
     cnp_rate: np.ndarray
     pcie_width: np.ndarray
@@ -118,32 +131,29 @@ def group_median_mad(x: np.ndarray, g: np.ndarray, n_groups: int) -> tuple[np.nd
     return med, mad
 
 
-def _sum_prio(x: np.ndarray, P: int) -> np.ndarray:
-    return x.reshape(P, NPRIO).sum(axis=1)
+def _worst_prio(x: np.ndarray, P: int) -> np.ndarray:
+    """Per port, the largest finite value over priorities (NaN when none), clipped to [0, 1] (a duty)."""
+    y = np.where(np.isfinite(x), x, -1.0).reshape(P, NPRIO).max(axis=1)
+    return np.where(y < 0, np.nan, np.clip(y, 0.0, 1.0))
 
 
 def compute(st: FeatureState, at_ms: int) -> Features:
-    """Features of the current window (since the last cycle) against the rolling baselines."""
-    fab = st.fabric
+    """Features of each metric's newest observation (held while no new data comes) against the baselines."""
+    fab, cfg = st.fabric, st.cfg
     P, off, lp = fab.P, fab.lane_off, fab.lane_port
     g, c = st.gauges, st.counters
     peer = fab.peer
     has_peer = peer >= 0
     pp = np.where(has_peer, peer, 0)
 
-    def win(metric: str) -> np.ndarray:
-        return g[metric].mean()
-
     with np.errstate(invalid="ignore", divide="ignore"):
-        oper = g["port_oper_up"].last
-        admin = g["port_admin_up"].last
-        # an oper-down or admin-down reading anywhere in the window counts
-        oper_w = np.where(g["port_oper_up"].w_n > 0, g["port_oper_up"].w_min, oper)
-        admin_w = np.where(g["port_admin_up"].w_n > 0, g["port_admin_up"].w_min, admin)
+        # an oper-down or admin-down reading anywhere in the newest observation counts
+        oper_w = g["port_oper_up"].h_min
+        admin_w = g["port_admin_up"].h_min
         peer_admin = np.where(has_peer, admin_w[pp], np.nan)
-        rx = win("optic_rx_power_dbm")
-        tx = win("optic_tx_power_dbm")
-        bias = win("optic_tx_bias_amperes")
+        rx = g["optic_rx_power_dbm"].h_mean
+        tx = g["optic_tx_power_dbm"].h_mean
+        bias = g["optic_tx_bias_amperes"].h_mean
         rx_base = st.base["rx"].loc
         rx_delta = rx - rx_base
         tx_delta = tx - st.base["tx"].loc
@@ -164,41 +174,67 @@ def compute(st: FeatureState, at_ms: int) -> Features:
         rx_margin_alarm_min = seg_reduce(np.minimum, rx_margin_alarm, off)
         worst_lane = seg_argmin(np.where(np.isfinite(rx_delta), rx_delta, rx_margin_warn), off)
         lane_spread = seg_reduce(np.maximum, rx_delta, off) - rx_delta_min
-        temp = win("optic_temperature_celsius")
+        lit = seg_reduce(np.maximum, rx, off) > cfg.lit_dbm
+        temp = g["optic_temperature_celsius"].h_mean
         temp_delta = temp - st.base["temp"].loc
-        volt = win("optic_voltage_volts")
+        volt = g["optic_voltage_volts"].h_mean
 
+        # pre-FEC BER: corrected bits / rx phy bits (F14), else the device's own gauge (port, else worst lane)
         corr, bits = c["port_fec_corrected_bits_total"], c["port_rx_phy_bits_total"]
-        ber = np.where((bits.acc_ms > 0) & (bits.acc > 0) & (corr.acc_ms > 0), corr.acc / bits.acc, np.nan)
-        log_ber = np.log10(np.maximum(ber, _LOG_FLOOR))
+        counted = (bits.h_ms > 0) & (bits.h_acc > 0) & (corr.h_ms > 0)
+        ber_c = np.where(counted, corr.h_acc / bits.h_acc, np.nan)
+        bits_rate = bits.rate()
+        ber_c_peak = np.where(counted, corr.h_pk / bits_rate, np.nan)
+        gport, glane = g["port_pre_fec_ber"], g["optic_pre_fec_ber"]
+        lane_ber = seg_reduce(np.maximum, glane.h_mean, off)
+        ber_g = np.where(np.isfinite(gport.h_mean), gport.h_mean, lane_ber)
+        ber_g_peak = np.where(np.isfinite(gport.h_max), gport.h_max, lane_ber)
+        from_gauge = ~np.isfinite(ber_c) & np.isfinite(ber_g)
+        ber = np.where(np.isfinite(ber_c), ber_c, ber_g)
+        ber_peak = np.where(np.isfinite(ber_c), np.fmax(ber_c_peak, ber_c), ber_g_peak)
+        log_ber = np.where(np.isfinite(ber), np.log10(np.maximum(ber, _LOG_FLOOR)), np.nan)
+        log_ber_peak = np.where(np.isfinite(ber_peak), np.log10(np.maximum(ber_peak, _LOG_FLOOR)), np.nan)
         ber_margin = np.log10(fab.fec_limit) - log_ber
         log_ber_delta = log_ber - st.base["logber"].loc
+
+        # post-FEC: uncorrectable codewords + symbol errors (F10); where a device has neither, the frames FEC
+        # could not correct show as FCS/CRC errors (F12), else as rx errors
         ucw, sym = c["port_fec_uncorrectable_codewords_total"], c["port_symbol_errors_total"]
-        post_fec = np.where((ucw.acc_ms > 0) | (sym.acc_ms > 0), ucw.acc + sym.acc, np.nan)
+        fcs, rxe = c["port_rx_fcs_errors_total"], c["port_rx_errors_total"]
+        fec_seen = ucw.seen() | sym.seen()
+        fec = np.where((ucw.h_ms > 0) | (sym.h_ms > 0), np.nan_to_num(ucw.held()) + np.nan_to_num(sym.held()),
+                       np.nan)
+        fcs_v = np.where(fcs.seen(), fcs.held(), rxe.held())
+        post_fec = np.where(fec_seen, fec, fcs_v)
+        post_fec_from_fcs = ~fec_seen & np.isfinite(fcs_v)
 
-        fl = c["port_link_down_events_total"]
-        flaps = np.where(fl.acc_ms > 0, fl.acc, np.nan)
-        win = st.cfg.flap_storm_window_s
-        flap_peak_rate = np.where(fl.peak_ms > 0, fl.peak / np.maximum(fl.peak_ms / 1000.0, win) * win, 0.0)
-        rec = c["port_link_error_recovery_total"]
-        recoveries = np.where(rec.acc_ms > 0, rec.acc, np.nan)
+        fl, car = c["port_link_down_events_total"], c["port_carrier_changes_total"]
+        flaps = np.where(fl.seen(), fl.held(), np.floor(car.held() / 2 + 0.5))
+        wms = cfg.flap_storm_window_s * 1000
+        flaps_window = st.flaps.count_since(at_ms - wms)
+        storm_since = st.flaps.nth_newest(cfg.flap_storm_count)
+        recoveries = c["port_link_error_recovery_total"].held()
 
-        txp, rxp = c["port_pfc_tx_pause_seconds_total"], c["port_pfc_rx_pause_seconds_total"]
-        # duty per priority, worst priority: a storm is usually on the one lossless class
-        tx_duty = np.where(txp.acc_ms > 0, txp.acc * 1000.0 / np.maximum(txp.acc_ms, 1), np.nan)
-        rx_duty = np.where(rxp.acc_ms > 0, rxp.acc * 1000.0 / np.maximum(rxp.acc_ms, 1), np.nan)
-        tx_pause_duty = np.clip(np.nanmax(np.where(np.isfinite(tx_duty), tx_duty, -1).reshape(P, NPRIO), 1), -1, 1)
-        tx_pause_duty = np.where(tx_pause_duty < 0, np.nan, tx_pause_duty)
-        rx_pause_duty = np.clip(np.nanmax(np.where(np.isfinite(rx_duty), rx_duty, -1).reshape(P, NPRIO), 1), -1, 1)
-        rx_pause_duty = np.where(rx_pause_duty < 0, np.nan, rx_pause_duty)
+        # pause duty per priority (PFC), else global pause; the worst priority, the worst rate sub-window
+        txp, rxp, gtx = c["port_pfc_tx_pause_seconds_total"], c["port_pfc_rx_pause_seconds_total"], \
+            c["port_tx_pause_seconds_total"]
+        pfc_seen = txp.seen().reshape(P, NPRIO).any(axis=1)
+        tx_pause_duty = np.where(pfc_seen, _worst_prio(txp.h_pk, P), np.clip(gtx.h_pk, 0, 1))
+        tx_pause_duty_mean = np.where(pfc_seen, _worst_prio(txp.rate(), P), np.clip(gtx.rate(), 0, 1))
+        rx_pause_duty = _worst_prio(rxp.rate(), P)
         sw, se = c["port_pause_storm_warning_events_total"], c["port_pause_storm_error_events_total"]
-        storm = np.where((sw.acc_ms > 0) | (se.acc_ms > 0), sw.acc + se.acc, np.nan)
+        storm = np.where((sw.h_ms > 0) | (se.h_ms > 0), np.nan_to_num(sw.held()) + np.nan_to_num(se.held()),
+                         np.nan)
         rxb = c["port_rx_bytes_total"]
         speed = np.where(np.isfinite(fab.speed_bps), fab.speed_bps, g["port_speed_bits_per_second"].last)
-        rx_util = np.where(rxb.acc_ms > 0, rxb.acc * 8000.0 / np.maximum(rxb.acc_ms, 1) / speed, np.nan)
+        speed = np.where(np.isfinite(speed) & (speed > 0), speed, bits_rate)  # rx phy bits: line rate (F14)
+        line_known = np.isfinite(speed) & (speed > 0)
+        rx_util = rxb.rate() * 8.0 / speed
+        rx_bps_low = rxb.h_lo * 8.0
+        rx_util_low = rx_bps_low / speed
         rxpk = c["port_rx_packets_total"]
         ecn = c["port_ecn_marked_packets_total"]
-        ecn_frac = np.where((ecn.acc_ms > 0) & (rxpk.acc > 0), ecn.acc / np.maximum(rxpk.acc, 1), np.nan)
+        ecn_frac = np.where((ecn.h_ms > 0) & (rxpk.h_acc > 0), ecn.h_acc / np.maximum(rxpk.h_acc, 1), np.nan)
         cnp_rate = c["port_cnp_sent_total"].rate()
 
         z_med, z_mad = group_median_mad(rx_margin_min, fab.cohort, len(fab.cohort_names))
@@ -211,14 +247,17 @@ def compute(st: FeatureState, at_ms: int) -> Features:
         rx_jitter=st.rx_jitter.copy(), tx=tx, tx_delta=tx_delta, bias=bias, bias_drift=bias_drift,
         peer_tx_delta=peer_tx_delta, peer_bias_drift=peer_bias_drift, peer_rx_delta=peer_rx_delta,
         rx_delta_min=rx_delta_min, rx_margin_min=rx_margin_min, rx_margin_alarm_min=rx_margin_alarm_min,
-        worst_lane=worst_lane, lane_spread=lane_spread, temp=temp, temp_delta=temp_delta, volt=volt,
-        log_ber=np.where(np.isfinite(ber), log_ber, np.nan), ber_margin_dec=np.where(np.isfinite(ber), ber_margin,
-                                                                                      np.nan),
-        log_ber_delta=np.where(np.isfinite(ber), log_ber_delta, np.nan), post_fec=post_fec,
-        flaps=flaps, flap_peak=fl.peak.copy(), flap_peak_rate=flap_peak_rate, recoveries=recoveries,
-        tx_pause_duty=tx_pause_duty, rx_pause_duty=rx_pause_duty, storm_events=storm, rx_util=rx_util,
-        ecn_frac=ecn_frac, cnp_rate=cnp_rate, pcie_width=g["gpu_pcie_link_width"].last.copy(),
-        pcie_gen=g["gpu_pcie_link_generation"].last.copy(),
+        worst_lane=worst_lane, lane_spread=lane_spread, lit=lit, temp=temp, temp_delta=temp_delta, volt=volt,
+        log_ber=log_ber, log_ber_peak=log_ber_peak, ber_margin_dec=np.where(np.isfinite(ber), ber_margin, np.nan),
+        log_ber_delta=np.where(np.isfinite(ber), log_ber_delta, np.nan), ber_from_gauge=from_gauge,
+        post_fec=post_fec, post_fec_from_fcs=post_fec_from_fcs, fcs_errors=fcs_v,
+        flaps=flaps, flaps_window=flaps_window, storm_since=storm_since, recoveries=recoveries,
+        flap_pen=st.pen["flap"].value(at_ms), recovery_pen=st.pen["recovery"].value(at_ms),
+        burst_pen=st.pen["burst"].value(at_ms),
+        tx_pause_duty=tx_pause_duty, tx_pause_duty_mean=tx_pause_duty_mean, rx_pause_duty=rx_pause_duty,
+        storm_events=storm, rx_util=rx_util, rx_util_low=rx_util_low, rx_bps_low=rx_bps_low, line_known=line_known,
+        ecn_frac=ecn_frac, cnp_rate=cnp_rate, pcie_width=g["gpu_pcie_link_width"].h_mean.copy(),
+        pcie_gen=g["gpu_pcie_link_generation"].h_mean.copy(),
         rx_margin_cohort_z=rx_z, rx_margin_cohort_med=z_med[fab.cohort],
     )
 
@@ -236,6 +275,6 @@ def if_matrix(f: Features, st: FeatureState) -> np.ndarray:
             f.rx_margin_min, f.rx_delta_min, f.lane_spread,
             seg_reduce(np.minimum, f.tx_delta, off), seg_reduce(np.maximum, f.bias_drift, off),
             f.log_ber, f.log_ber_delta, f.temp_delta, seg_reduce(np.maximum, f.rx_jitter, off),
-            np.log1p(np.maximum(st.penalty["flap"] + st.penalty["recovery"], 0)),
+            np.log1p(np.maximum(f.flap_pen + f.recovery_pen, 0)),
         ]
     return np.column_stack(cols).astype(np.float64)

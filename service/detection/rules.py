@@ -2,8 +2,13 @@
 
 Each condition is a boolean array over ports plus a score (larger is worse). Nothing here
 decides cause, end or persistence (attribution.py does); this module only answers "does
-the signal cross its threshold in this window", with guard rails: admin-down ends, missing
-data and unknown counter steps never make a condition true.
+the signal cross its threshold in the newest observation", with guard rails: admin-down ends,
+missing data and unknown counter steps never make a condition true.
+
+It also answers, per rule and port, what the rule could run on (`Conditions.blocked`: a
+`state.BLOCKED` code when it cannot run at all; `Conditions.degraded`: `state.DEGRADED` bits when
+it runs on less than its full inputs), and which rules saw new data this cycle (`fresh`): a rule
+whose inputs brought nothing new keeps its previous result (docs/detection.md, "Observations").
 """
 
 from __future__ import annotations
@@ -13,7 +18,29 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from service.detection.features import Features, seg_reduce
-from service.detection.state import FeatureState
+from service.detection.state import AXIS, KINDS, NPRIO, FeatureState
+
+# The metrics each rule reads. A rule is "observed" on a port in a cycle that brought new data of any of
+# them (lane and priority metrics count for their port); otherwise its condition stays as it was.
+INPUTS: dict[str, tuple[str, ...]] = {
+    "optical_degradation": ("optic_rx_power_dbm",),
+    "dom_threshold": ("optic_temperature_celsius", "optic_voltage_volts", "optic_tx_bias_amperes",
+                      "optic_tx_power_dbm"),
+    "bias_drift": ("optic_tx_bias_amperes",),
+    "post_fec_errors": ("port_fec_uncorrectable_codewords_total", "port_symbol_errors_total",
+                        "port_rx_fcs_errors_total", "port_rx_errors_total"),
+    "ber_degradation": ("port_fec_corrected_bits_total", "port_pre_fec_ber", "optic_pre_fec_ber"),
+    "pause_storm": ("port_pfc_tx_pause_seconds_total", "port_tx_pause_seconds_total",
+                    "port_pause_storm_warning_events_total", "port_pause_storm_error_events_total"),
+    "host_side": ("gpu_pcie_link_width", "gpu_pcie_link_generation"),
+    "congestion": ("port_ecn_marked_packets_total", "port_pfc_tx_pause_seconds_total",
+                   "port_tx_pause_seconds_total"),
+    "anomaly": ("optic_rx_power_dbm", "optic_tx_bias_amperes", "port_fec_corrected_bits_total", "port_pre_fec_ber",
+                "optic_pre_fec_ber"),
+}
+# Rules evaluated on data-time state every cycle (a flap ring, decayed penalties, a run of down readings):
+# their inputs carry their own time, so each cycle is an observation.
+TIMED = ("flap_storm", "loose_module", "link_down")
 
 
 @dataclass
@@ -21,8 +48,10 @@ class Conditions:
     raw: dict[str, np.ndarray] = field(default_factory=dict)     # kind -> (P,) bool
     now: dict[str, np.ndarray] = field(default_factory=dict)     # kind -> (P,) bool: fire without k of n
     score: dict[str, np.ndarray] = field(default_factory=dict)   # kind -> (P,) float
+    blocked: dict[str, np.ndarray] = field(default_factory=dict)   # kind -> (P,) uint8 (state.BLOCKED code)
+    degraded: dict[str, np.ndarray] = field(default_factory=dict)  # kind -> (P,) uint16 (state.DEGRADED bits)
     lane_deg: np.ndarray | None = None                           # (L,) bool: degraded optical lanes
-    optics_ok: np.ndarray | None = None
+    optics_ok: np.ndarray | None = None                          # (P,) bool: in service (optical rules run)
 
 
 def _t(x: np.ndarray) -> np.ndarray:
@@ -30,48 +59,139 @@ def _t(x: np.ndarray) -> np.ndarray:
     return np.nan_to_num(x, nan=0.0).astype(bool) if x.dtype != bool else x
 
 
+def _per_port(st: FeatureState, metric: str, x: np.ndarray) -> np.ndarray:
+    """A lane or priority array reduced to its port (any)."""
+    axis = AXIS[metric]
+    if axis == "lane":
+        return seg_reduce(np.maximum, x.astype(float), st.fabric.lane_off, 0.0) > 0
+    if axis == "prio":
+        return x.reshape(-1, NPRIO).any(axis=1)
+    return x
+
+
+def fresh_kinds(st: FeatureState) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Per rule: (P,) ports whose inputs brought new data this cycle, and that data's newest sample time."""
+    P = st.fabric.P
+    fresh: dict[str, np.ndarray] = {}
+    obs_ms: dict[str, np.ndarray] = {}
+    port_fresh: dict[str, np.ndarray] = {}
+    port_ts: dict[str, np.ndarray] = {}
+    for metrics in INPUTS.values():
+        for m in metrics:
+            if m in port_fresh:
+                continue
+            fm = st.fresh_m.get(m)
+            track = st.gauges.get(m) or st.counters[m]
+            if fm is None or len(fm) != len(track.last_ts):
+                fm = np.zeros(len(track.last_ts), bool)
+            port_fresh[m] = _per_port(st, m, fm)
+            ts = np.where(fm, track.last_ts, 0)
+            if AXIS[m] == "lane":
+                port_ts[m] = seg_reduce(np.maximum, ts.astype(float), st.fabric.lane_off, 0.0).astype(np.int64)
+            elif AXIS[m] == "prio":
+                port_ts[m] = ts.reshape(-1, NPRIO).max(axis=1)
+            else:
+                port_ts[m] = ts
+    for kind, metrics in INPUTS.items():
+        fresh[kind] = np.zeros(P, bool)
+        obs_ms[kind] = np.zeros(P, np.int64)
+        for m in metrics:
+            fresh[kind] |= port_fresh[m]
+            obs_ms[kind] = np.maximum(obs_ms[kind], port_ts[m])
+    return fresh, obs_ms
+
+
+def polled(st: FeatureState) -> np.ndarray:
+    """(P,) ports that brought any new data this cycle (a device observation, for device-level persistence)."""
+    out = np.zeros(st.fabric.P, bool)
+    for m, fm in st.fresh_m.items():
+        if len(fm):
+            out |= _per_port(st, m, fm)
+    return out
+
+
 def evaluate(f: Features, st: FeatureState) -> Conditions:
     fab, cfg = st.fabric, st.cfg
     off, lp = fab.lane_off, fab.lane_port
     P = fab.P
+    g, c = st.gauges, st.counters
     out = Conditions()
+    blk = {k: np.zeros(P, np.uint8) for k in KINDS}
+    deg = {k: np.zeros(P, np.uint16) for k in KINDS}
+    out.blocked, out.degraded = blk, deg
     with np.errstate(invalid="ignore"):
-        # guard: an admin-down end reads 0 mW / -40 dBm on both sides of the link by design, and so does a
-        # port that was oper-down in the window: no light is the link-down finding, never an optical one
-        optics_ok = (f.admin_up != 0) & (f.peer_admin_up != 0) & np.isfinite(f.admin_up) & (f.oper_up != 0)
-        out.optics_ok = optics_ok
+        # in service: an admin-down end (here or at the peer) reads 0 mW / -40 dBm by design, and so does a
+        # port that was oper-down in the observation: no light is the link-down finding, never an optical one.
+        # Without admin status, oper-up means admin up; without either, light on a lane or traffic does
+        admin_known = np.isfinite(f.admin_up)
+        oper_known = np.isfinite(f.oper_up)
+        traffic = _t(c["port_rx_bytes_total"].rate() > 0)
+        admin_off = _t(f.admin_up < 0.5) | _t(f.peer_admin_up < 0.5)
+        in_service = ~admin_off & np.where(oper_known, _t(f.oper_up >= 0.5), f.lit | traffic)
+        out.optics_ok = in_service
+        unknown_state = ~admin_known & ~oper_known & ~(f.lit | traffic)
+        state_deg = np.where(admin_known, 0, np.where(oper_known, 1 << 0, 1 << 1)).astype(np.uint16)
+        no_th = ~np.isfinite(fab.th["rx_lw"])
+
         tt = st.lane_trend
         trend_lane = (tt["ttt_warn"] <= cfg.ttt_warn_hours) & (tt["rx_slope"] * 24 <= -cfg.trend_slope_db_per_day)
         lane_deg = (f.rx_delta <= -cfg.rx_drop_db) | (f.rx_margin_warn < 0) | trend_lane
-        lane_deg &= optics_ok[lp] & np.isfinite(f.rx)
+        lane_deg &= in_service[lp] & np.isfinite(f.rx)
         out.lane_deg = lane_deg
         deg_port = seg_reduce(np.maximum, lane_deg.astype(float), off, 0.0) > 0
         # far below the cohort and close to the module's own warning: catches faults older than the baseline
         cohort_low = ((f.rx_margin_cohort_z < -6) & (f.rx_margin_min < 1.5)
-                      & (f.rx_margin_cohort_med - f.rx_margin_min >= 3.0) & optics_ok)
+                      & (f.rx_margin_cohort_med - f.rx_margin_min >= 3.0) & in_service)
         optical = deg_port | cohort_low
         out.raw["optical_degradation"] = optical
         out.score["optical_degradation"] = np.fmax(-np.nan_to_num(f.rx_delta_min, nan=0.0),
                                                    -np.nan_to_num(f.rx_margin_min, nan=0.0))
+        has_rx = seg_reduce(np.maximum, (g["optic_rx_power_dbm"].last_ts > 0).astype(float), off, 0.0) > 0
+        has_bias = seg_reduce(np.maximum, (g["optic_tx_bias_amperes"].last_ts > 0).astype(float), off, 0.0) > 0
+        for k in ("optical_degradation", "dom_threshold", "bias_drift", "anomaly"):
+            blk[k][unknown_state] = 1
+            deg[k] |= np.where(unknown_state, 0, state_deg).astype(np.uint16)
+        blk["optical_degradation"][~has_rx] = 2
+        deg["optical_degradation"] |= np.where(no_th, 1 << 2, 0).astype(np.uint16)
+        blk["bias_drift"][~has_bias] = 3
 
         th = fab.th
         dom = ((f.temp >= th["temp_ha"]) | (f.volt >= th["volt_ha"]) | (f.volt <= th["volt_la"]))
         dom |= seg_reduce(np.maximum, ((f.bias >= th["bias_ha"][lp]) | (f.tx <= th["tx_la"][lp])).astype(float),
                           off, 0.0) > 0
-        out.raw["dom_threshold"] = _t(dom) & optics_ok & (f.oper_up != 0)
+        out.raw["dom_threshold"] = _t(dom) & in_service
         out.score["dom_threshold"] = np.nan_to_num(f.temp - th["temp_ha"], nan=0.0)
+        has_dom = (g["optic_temperature_celsius"].last_ts > 0) | (g["optic_voltage_volts"].last_ts > 0) | has_bias
+        any_th = np.zeros(P, bool)
+        for key in ("temp_ha", "volt_ha", "volt_la", "bias_ha", "tx_la"):
+            any_th |= np.isfinite(th[key])
+        blk["dom_threshold"][~any_th] = 5
+        blk["dom_threshold"][~has_dom] = 4
 
         # post-FEC: any uncorrectable codeword or symbol error (F10); unknown steps add nothing. Two
-        # intervals in a row confirm a trickle; a burst this large across no flap is traffic lost now
+        # observations in a row confirm a trickle; a burst this large, across no flap and no link recovery
+        # (an intermittent module's burst is the loose-module finding's), is traffic lost now
         pf = _t(f.post_fec > 0)
         out.raw["post_fec_errors"] = pf
-        out.now["post_fec_errors"] = _t(f.post_fec >= cfg.post_fec_burst) & ~_t(f.flaps > 0)
+        out.now["post_fec_errors"] = (_t(f.post_fec >= cfg.post_fec_burst) & ~_t(f.flaps > 0)
+                                      & ~_t(f.recoveries > 0))
         out.score["post_fec_errors"] = np.log10(np.nan_to_num(f.post_fec, nan=0.0) + 1)
+        fec_seen = c["port_fec_uncorrectable_codewords_total"].seen() | c["port_symbol_errors_total"].seen()
+        err_seen = c["port_rx_fcs_errors_total"].seen() | c["port_rx_errors_total"].seen()
+        blk["post_fec_errors"][~fec_seen & ~err_seen] = 6
+        deg["post_fec_errors"] |= np.where(~fec_seen & err_seen, 1 << 5, 0).astype(np.uint16)
 
-        # flap storm: >= 5 flaps within one storm window (F31); an isolated flap never qualifies
-        storm = (f.flap_peak >= cfg.flap_storm_count) & (f.flap_peak_rate >= cfg.flap_storm_count)
+        # flap storm: >= flap_storm_count flaps within the storm window of data time (F31, however the polls
+        # split them). A module that mostly retrains (recoveries and error bursts at least as many as its
+        # flaps) is loose, not storming
+        loose_sig = ((f.recovery_pen + f.burst_pen) >= 2) & ((f.recovery_pen + f.burst_pen) >= f.flap_pen)
+        storm = (f.storm_since > 0) & (f.storm_since >= f.at_ms - cfg.flap_storm_window_s * 1000) & ~loose_sig
         out.raw["flap_storm"] = storm
-        out.score["flap_storm"] = f.flap_peak_rate
+        out.score["flap_storm"] = f.flaps_window.astype(float)
+        fl_seen = c["port_link_down_events_total"].seen()
+        alt_seen = c["port_carrier_changes_total"].seen() | (g["port_oper_up"].last_ts > 0)
+        blk["flap_storm"][~fl_seen & ~alt_seen] = 8
+        deg["flap_storm"] |= np.where(~fl_seen & alt_seen, 1 << 6, 0).astype(np.uint16)
 
         # pre-FEC BER close to the FEC limit, or well above its own baseline; not across a flap
         no_flap = ~_t(f.flaps > 0)
@@ -79,22 +199,37 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
         out.raw["ber_degradation"] = _t(ber)
         out.score["ber_degradation"] = np.nan_to_num(np.fmax(f.log_ber_delta, cfg.ber_margin_dec - f.ber_margin_dec),
                                                      nan=0.0)
+        ber_counted = c["port_fec_corrected_bits_total"].seen() & c["port_rx_phy_bits_total"].seen()
+        ber_gauge = (g["port_pre_fec_ber"].last_ts > 0) | (
+            seg_reduce(np.maximum, (g["optic_pre_fec_ber"].last_ts > 0).astype(float), off, 0.0) > 0)
+        blk["ber_degradation"][~ber_counted & ~ber_gauge] = 7
+        deg["ber_degradation"] |= np.where(~ber_counted & ber_gauge, 1 << 7, 0).astype(np.uint16)
 
-        # loose module: link recoveries with error bursts (decayed penalties), not a storm, powers normal.
-        # One burst of several recoveries, or recoveries with a BER burst and a flap, opens it; it stays
-        # open while the decayed penalty holds, so each later burst does not open a new alert
-        pen = st.penalty
-        total = pen["recovery"] + pen["burst"] + pen["flap"]
-        trigger = ((pen["recovery"] + pen["burst"]) >= 2) & (total >= 3)
+        # loose module: link recoveries, flaps and error-burst onsets (decayed, in data time), not a storm,
+        # powers normal. Recoveries and bursts >= 2 with all >= 3 open it (one burst of several recoveries,
+        # or two bursts and a flap; a lone recovery or flap never); it stays open while the penalty holds
+        total = f.recovery_pen + f.burst_pen + f.flap_pen
+        trigger = ((f.recovery_pen + f.burst_pen) >= 2) & (total >= 3)
         loose = (trigger | (st.latched["loose_module"] & (total >= cfg.loose_hold_penalty))) & ~storm & ~optical
         out.raw["loose_module"] = loose
-        out.score["loose_module"] = pen["recovery"] + pen["burst"] + pen["flap"]
+        out.score["loose_module"] = total
+        rec_seen = c["port_link_error_recovery_total"].seen()
+        blk["loose_module"][~(rec_seen | fl_seen | alt_seen | ber_counted | ber_gauge | fec_seen | err_seen)] = 9
 
-        # NIC pause storm: stall counters, or ~100 % tx pause while draining ~nothing (F23-F25, F30)
-        pstorm = _t(f.storm_events > 0) | ((f.tx_pause_duty >= cfg.pause_storm_duty)
-                                           & (np.nan_to_num(f.rx_util, nan=0.0) < cfg.pause_storm_rx_util))
+        # NIC pause storm: stall counters, or ~100 % tx pause while draining ~nothing (F23-F25, F30); without a
+        # line rate, "nothing" is an absolute floor
+        drained = np.where(f.line_known, f.rx_util_low < cfg.pause_storm_rx_util,
+                           f.rx_bps_low < cfg.pause_storm_rx_floor_bps)
+        drained = np.where(np.isfinite(f.rx_util_low) | np.isfinite(f.rx_bps_low), drained, True)
+        pstorm = _t(f.storm_events > 0) | (_t(f.tx_pause_duty >= cfg.pause_storm_duty) & drained)
         out.raw["pause_storm"] = _t(pstorm) & fab.is_host
         out.score["pause_storm"] = np.nan_to_num(f.tx_pause_duty, nan=0.0)
+        pause_seen = c["port_pfc_tx_pause_seconds_total"].seen().reshape(P, NPRIO).any(axis=1) | \
+            c["port_tx_pause_seconds_total"].seen()
+        storm_seen = c["port_pause_storm_warning_events_total"].seen() | \
+            c["port_pause_storm_error_events_total"].seen()
+        blk["pause_storm"][fab.is_host & ~pause_seen & ~storm_seen] = 10
+        deg["pause_storm"] |= np.where(fab.is_host & pause_seen & ~f.line_known, 1 << 3, 0).astype(np.uint16)
 
         # host side: PCIe width/generation below the host's best GPU, no storm counters (F30, S10)
         dev = fab.dev
@@ -107,29 +242,39 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
         np.maximum.at(gmax, dev, gen)
         pcie_drop = ((w >= 0) & (w < wmax[dev])) | ((gen >= 0) & (gen < gmax[dev]))
         out.raw["host_side"] = pcie_drop & fab.is_host & ~out.raw["pause_storm"]
-        out.score["host_side"] = np.nan_to_num(f.tx_pause_duty, nan=0.0)
+        out.score["host_side"] = np.nan_to_num(f.tx_pause_duty_mean, nan=0.0)
+        pcie_seen = (g["gpu_pcie_link_width"].last_ts > 0) | (g["gpu_pcie_link_generation"].last_ts > 0)
+        blk["host_side"][fab.is_host & ~pcie_seen] = 11
 
         # congestion: ECN marking well above background, or pausing without a storm; a label, not a fault
-        pausing = (f.tx_pause_duty >= cfg.congestion_pause_duty) & ~out.raw["pause_storm"] & ~out.raw["host_side"]
+        pausing = (f.tx_pause_duty_mean >= cfg.congestion_pause_duty) & ~out.raw["pause_storm"] & \
+            ~out.raw["host_side"]
         cong = (f.ecn_frac >= cfg.congestion_ecn_frac) | pausing
         out.raw["congestion"] = _t(cong)
         out.score["congestion"] = np.nan_to_num(f.ecn_frac, nan=0.0)
+        blk["congestion"][~c["port_ecn_marked_packets_total"].seen() & ~pause_seen] = 12
 
         # bias drift at the transmitter (laser wear-out, F7): level vs own baseline, or the robust slope
         bias_lane = (f.bias_drift >= cfg.bias_drift_frac) | (tt["bias_slope"] * 24 >= cfg.bias_slope_frac_per_day)
-        bias = seg_reduce(np.maximum, (bias_lane & optics_ok[lp]).astype(float), off, 0.0) > 0
+        bias = seg_reduce(np.maximum, (bias_lane & in_service[lp]).astype(float), off, 0.0) > 0
         out.raw["bias_drift"] = bias
         out.score["bias_drift"] = np.nan_to_num(seg_reduce(np.maximum, f.bias_drift, off), nan=0.0)
 
-        # link down: a linked port whose readings have said oper-down for link_down_hold_ms, admin up here
-        # (known) and not admin-down at the far end (an admin-down end takes the link down by design). The
+        # link down: a linked port whose readings have said oper-down for link_down_hold_ms, not admin-down
+        # here or at the far end (an admin-down end takes the link down by design). Admin status unknown here:
+        # only a run that began with an up -> down transition (a port never seen up may be unused or shut). The
         # newest reading must be recent: a device that stopped reporting is seen from the far end instead
         down_for = f.at_ms - st.down_since
         oper = st.gauges["port_oper_up"]
         fresh = (oper.last_ts > 0) & (f.at_ms - oper.last_ts <= cfg.max_gap_ms)
+        admin_last = st.gauges["port_admin_up"].last
+        admin_ok = np.where(np.isfinite(admin_last), admin_last >= 0.5, st.down_from_up)
         out.raw["link_down"] = ((st.down_since > 0) & (down_for >= cfg.link_down_hold_ms) & fresh
-                                & (fab.peer >= 0) & _t(f.admin_up >= 0.5) & ~_t(f.peer_admin_up < 0.5))
+                                & (fab.peer >= 0) & admin_ok & ~_t(f.peer_admin_up < 0.5))
         out.score["link_down"] = np.where(st.down_since > 0, down_for / 60_000.0, 0.0)  # minutes down
+        blk["link_down"][oper.last_ts == 0] = 13
+        deg["link_down"] |= np.where(~np.isfinite(admin_last) & (oper.last_ts > 0), 1 << 4, 0).astype(np.uint16)
+        blk["link_down"][(fab.peer < 0) & (blk["link_down"] == 0)] = 14
     for k, v in out.raw.items():
         out.raw[k] = np.asarray(v, bool).reshape(P)
     return out

@@ -23,19 +23,27 @@ from service.telemetry.counters import increase
 
 NPRIO = 8
 GAUGE_PORT = ("port_oper_up", "port_admin_up", "port_speed_bits_per_second", "optic_temperature_celsius",
-              "optic_voltage_volts")
-GAUGE_LANE = ("optic_rx_power_dbm", "optic_tx_power_dbm", "optic_tx_bias_amperes")
+              "optic_voltage_volts", "port_pre_fec_ber")
+GAUGE_LANE = ("optic_rx_power_dbm", "optic_tx_power_dbm", "optic_tx_bias_amperes", "optic_pre_fec_ber")
 GAUGE_GPU = ("gpu_pcie_link_width", "gpu_pcie_link_generation")
-COUNTER_PORT = ("port_link_down_events_total", "port_link_error_recovery_total", "port_rx_bytes_total",
-                "port_rx_packets_total", "port_rx_phy_bits_total", "port_fec_corrected_bits_total",
-                "port_fec_uncorrectable_codewords_total", "port_symbol_errors_total",
-                "port_ecn_marked_packets_total", "port_cnp_sent_total", "port_pause_storm_warning_events_total",
-                "port_pause_storm_error_events_total")
+COUNTER_PORT = ("port_link_down_events_total", "port_carrier_changes_total", "port_link_error_recovery_total",
+                "port_rx_bytes_total", "port_rx_packets_total", "port_rx_phy_bits_total",
+                "port_fec_corrected_bits_total", "port_fec_uncorrectable_codewords_total", "port_symbol_errors_total",
+                "port_rx_fcs_errors_total", "port_rx_errors_total", "port_ecn_marked_packets_total",
+                "port_cnp_sent_total", "port_pause_storm_warning_events_total", "port_pause_storm_error_events_total",
+                "port_tx_pause_seconds_total")
 COUNTER_PRIO = ("port_pfc_tx_pause_seconds_total", "port_pfc_rx_pause_seconds_total")
 # metric -> entity axis it is stored on
 AXIS: dict[str, str] = {**{m: "port" for m in GAUGE_PORT + COUNTER_PORT}, **{m: "lane" for m in GAUGE_LANE},
                         **{m: "port" for m in GAUGE_GPU}, **{m: "prio" for m in COUNTER_PRIO}}
 USED_METRICS = tuple(AXIS)
+# gauges whose window minimum/maximum the rules read (the rest keep only the window mean: lanes are many)
+GAUGE_MINMAX = ("port_oper_up", "port_admin_up", "port_pre_fec_ber")
+# counters whose rate is also tracked over sub-windows of Config.rate_window_ms (worst and best sub-window):
+# a short storm or BER burst inside a long cycle is not averaged away, whatever the cycle step
+COUNTER_SUB = ("port_pfc_tx_pause_seconds_total", "port_tx_pause_seconds_total", "port_rx_bytes_total",
+               "port_fec_corrected_bits_total")
+EPOCH_MS = 946_684_800_000  # 2000-01-01Z: observation times are stored as uint32 seconds since then
 
 NRZ_FEC_LIMIT = 5e-5   # KR4 RS(528,514), detection.md F11 [UNVERIFIED]
 PAM4_FEC_LIMIT = 2.4e-4  # KP4 RS(544,514), detection.md F9
@@ -121,82 +129,221 @@ def fec_limit_for(optic_type: str | None, speed_gbps: float | None) -> float:
 
 
 class GaugeTrack:
-    """Last value and the current cycle window's sum/count/min/max per entity."""
+    """Per entity: the last reading, the current cycle window (readings since the previous cycle) and the held
+    observation (the newest window that had readings).
 
-    FIELDS = ("last", "last_ts", "w_sum", "w_n", "w_min", "w_max")
+    A cycle that brings no reading of an entity keeps its held observation: the rules then see the metric as it
+    was, not as missing. A reading not newer than the last one (a duplicate, or a late sample overtaken by a newer
+    one) is ignored. A held observation older than Config.stale_ms is dropped (NaN).
+    """
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, minmax: bool = False) -> None:
+        self.minmax = minmax
         self.last = np.full(n, np.nan)
         self.last_ts = np.zeros(n, np.int64)
         self.w_sum = np.zeros(n)
         self.w_n = np.zeros(n, np.int32)
-        self.w_min = np.full(n, np.inf)
-        self.w_max = np.full(n, -np.inf)
+        self.h_mean = np.full(n, np.nan)
+        self.h_ts = np.zeros(n, np.int64)       # data time of the held observation's newest reading; 0: none
+        if minmax:
+            self.w_min = np.full(n, np.inf)
+            self.w_max = np.full(n, -np.inf)
+            self.h_min = np.full(n, np.nan)
+            self.h_max = np.full(n, np.nan)
+
+    @property
+    def FIELDS(self) -> tuple[str, ...]:  # the saved arrays, as for the other tracks
+        base = ("last", "last_ts", "w_sum", "w_n", "h_mean", "h_ts")
+        return base + ("w_min", "w_max", "h_min", "h_max") if self.minmax else base
+
+    def newer(self, idx: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        return ts > self.last_ts[idx]
 
     def put(self, idx: np.ndarray, ts: np.ndarray, val: np.ndarray) -> None:
-        ok = np.isfinite(val)  # NaN/inf readings are missing data, not values
+        ok = np.isfinite(val) & self.newer(idx, ts)  # NaN/inf readings are missing data, not values
         idx, ts, val = idx[ok], ts[ok], val[ok]
         self.last[idx], self.last_ts[idx] = val, ts
         self.w_sum[idx] += val
         self.w_n[idx] += 1
-        self.w_min[idx] = np.minimum(self.w_min[idx], val)
-        self.w_max[idx] = np.maximum(self.w_max[idx], val)
+        if self.minmax:
+            self.w_min[idx] = np.minimum(self.w_min[idx], val)
+            self.w_max[idx] = np.maximum(self.w_max[idx], val)
 
-    def mean(self) -> np.ndarray:
+    def settle(self, at_ms: int, stale_ms: int) -> np.ndarray:
+        """Move this cycle's window into the held observation; returns where it was new (fresh)."""
+        fresh = self.w_n > 0
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(self.w_n > 0, self.w_sum / np.maximum(self.w_n, 1), np.nan)
+            self.h_mean[fresh] = self.w_sum[fresh] / self.w_n[fresh]
+        self.h_ts[fresh] = self.last_ts[fresh]
+        if self.minmax:
+            self.h_min[fresh], self.h_max[fresh] = self.w_min[fresh], self.w_max[fresh]
+        stale = (self.h_ts > 0) & (at_ms - self.h_ts > stale_ms)
+        if stale.any():
+            self.h_mean[stale] = np.nan
+            if self.minmax:
+                self.h_min[stale] = self.h_max[stale] = np.nan
+        return fresh
 
     def roll(self) -> None:
         self.w_sum[:] = 0
         self.w_n[:] = 0
-        self.w_min[:] = np.inf
-        self.w_max[:] = -np.inf
+        if self.minmax:
+            self.w_min[:] = np.inf
+            self.w_max[:] = -np.inf
 
 
 class CounterTrack:
-    """Last raw reading per entity and the window's known increase, covered time and peak step."""
+    """Per entity: the last raw reading, this cycle's known increase and covered time, and the held observation
+    (the newest cycle window with a known step). With `sub_ms`, also the rate over sub-windows of at least that
+    much data time: the worst (`pk`) and best (`lo`) sub-window of the cycle, so that a short burst inside a long
+    window is seen at the same strength whatever the poll and cycle steps."""
 
-    FIELDS = ("last", "last_ts", "bits", "sat", "acc", "acc_ms", "peak", "peak_ms", "unknown")
+    BASE = ("last", "last_ts", "bits", "sat", "acc", "acc_ms", "unknown", "h_acc", "h_ms", "h_ts")
+    SUB = ("s_acc", "s_ms", "pk", "lo", "h_pk", "h_lo")
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, sub_ms: int = 0) -> None:
+        self.sub_ms = sub_ms
         self.last = np.full(n, np.nan)
         self.last_ts = np.zeros(n, np.int64)
         self.bits = np.zeros(n, np.int16)       # 0: width unknown (64-bit native)
         self.sat = np.zeros(n, bool)
         self.acc = np.zeros(n)
         self.acc_ms = np.zeros(n, np.int64)
-        self.peak = np.zeros(n)                 # the largest single-step increase in the window
-        self.peak_ms = np.zeros(n, np.int64)    # ...and that step's length
         self.unknown = np.zeros(n, np.int32)    # steps whose increase could not be known
+        self.h_acc = np.full(n, np.nan)
+        self.h_ms = np.zeros(n, np.int64)
+        self.h_ts = np.zeros(n, np.int64)
+        if sub_ms:
+            self.s_acc = np.zeros(n)            # the running sub-window (spans cycles)
+            self.s_ms = np.zeros(n, np.int64)
+            self.pk = np.full(n, -np.inf)       # per second, this cycle's closed sub-windows
+            self.lo = np.full(n, np.inf)
+            self.h_pk = np.full(n, np.nan)
+            self.h_lo = np.full(n, np.nan)
 
-    def put(self, idx: np.ndarray, ts: np.ndarray, val: np.ndarray, max_gap_ms: int) -> None:
+    @property
+    def FIELDS(self) -> tuple[str, ...]:
+        return self.BASE + self.SUB if self.sub_ms else self.BASE
+
+    def put(self, idx: np.ndarray, ts: np.ndarray, val: np.ndarray, max_gap_ms: int
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Apply readings; returns the known steps (entity, end time, increase, length) for event consumers."""
         val = np.where(np.isfinite(val), val, np.nan)
+        newer = ts > self.last_ts[idx]  # a duplicate or a late, overtaken reading changes nothing
+        idx, ts, val = idx[newer], ts[newer], val[newer]
         prev, prev_ts = self.last[idx], self.last_ts[idx]
         dt = ts - prev_ts
         inc = increases(prev, val, self.bits[idx], self.sat[idx])
         known = np.isfinite(inc) & (dt > 0) & (dt <= max_gap_ms)
         had_prev = np.isfinite(prev)
         self.unknown[idx] += (had_prev & ~known).astype(np.int32)
-        k_idx, k_inc, k_dt = idx[known], inc[known], dt[known]
+        k_idx, k_inc, k_dt, k_ts = idx[known], inc[known], dt[known], ts[known]
         self.acc[k_idx] += k_inc
         self.acc_ms[k_idx] += k_dt
-        bigger = k_inc > self.peak[k_idx]
-        self.peak[k_idx[bigger]] = k_inc[bigger]
-        self.peak_ms[k_idx[bigger]] = k_dt[bigger]
+        if self.sub_ms:
+            lost = idx[had_prev & ~known]  # an unknown step breaks the running sub-window
+            self.s_acc[lost], self.s_ms[lost] = 0.0, 0
+            self.s_acc[k_idx] += k_inc
+            self.s_ms[k_idx] += k_dt
+            done = k_idx[self.s_ms[k_idx] >= self.sub_ms]
+            if len(done):
+                rate = self.s_acc[done] * 1000.0 / self.s_ms[done]
+                self.pk[done] = np.maximum(self.pk[done], rate)
+                self.lo[done] = np.minimum(self.lo[done], rate)
+                self.s_acc[done], self.s_ms[done] = 0.0, 0
         fin = np.isfinite(val)  # a NaN reading keeps the previous one as the reference
         self.last[idx[fin]], self.last_ts[idx[fin]] = val[fin], ts[fin]
+        return k_idx, k_ts, k_inc, k_dt
+
+    def settle(self, at_ms: int, stale_ms: int) -> np.ndarray:
+        """Move this cycle's known increase into the held observation; returns where it was new (fresh)."""
+        fresh = self.acc_ms > 0
+        self.h_acc[fresh], self.h_ms[fresh], self.h_ts[fresh] = self.acc[fresh], self.acc_ms[fresh], \
+            self.last_ts[fresh]
+        if self.sub_ms:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rate = self.acc * 1000.0 / np.maximum(self.acc_ms, 1)
+            # no sub-window closed this cycle (cycles shorter than a sub-window): the cycle's own rate
+            self.h_pk[fresh] = np.where(np.isfinite(self.pk), self.pk, rate)[fresh]
+            self.h_lo[fresh] = np.where(np.isfinite(self.lo), self.lo, rate)[fresh]
+        stale = (self.h_ts > 0) & (at_ms - self.h_ts > stale_ms)
+        if stale.any():
+            self.h_acc[stale] = np.nan
+            self.h_ms[stale] = 0
+            if self.sub_ms:
+                self.h_pk[stale] = self.h_lo[stale] = np.nan
+        return fresh
 
     def rate(self) -> np.ndarray:
-        """Known increase per second over the window; NaN where nothing is known."""
+        """Known increase per second over the held observation; NaN where nothing is known."""
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(self.acc_ms > 0, self.acc * 1000.0 / np.maximum(self.acc_ms, 1), np.nan)
+            return np.where(self.h_ms > 0, self.h_acc * 1000.0 / np.maximum(self.h_ms, 1), np.nan)
+
+    def held(self) -> np.ndarray:
+        """The held observation's increase; NaN where none."""
+        return np.where(self.h_ms > 0, self.h_acc, np.nan)
+
+    def seen(self) -> np.ndarray:
+        """Entities that have reported this counter at all."""
+        return self.last_ts > 0
 
     def roll(self) -> None:
         self.acc[:] = 0
         self.acc_ms[:] = 0
-        self.peak[:] = 0
-        self.peak_ms[:] = 0
-        self.unknown[:] = 0
+        if self.sub_ms:
+            self.pk[:] = -np.inf
+            self.lo[:] = np.inf
+
+
+class DecayedCount:
+    """Exponentially decayed event counts per entity, kept in data time: an event adds at its own sample time,
+    and the value read at any later time is decayed to it. So the count does not depend on how often it is read
+    (cycles) or how events were batched into polls."""
+
+    FIELDS = ("v", "t")
+
+    def __init__(self, n: int, half_life_ms: int, cap: float = 10.0) -> None:
+        self.v = np.zeros(n)
+        self.t = np.zeros(n, np.int64)
+        self.hl, self.cap = half_life_ms, cap
+
+    def add(self, idx: np.ndarray, ts: np.ndarray, n: np.ndarray) -> None:
+        """`n[i]` events at `ts[i]`; callers pass only entities with events (a few per poll), in time order."""
+        for i, t, k in zip(idx.tolist(), ts.tolist(), np.asarray(n, float).tolist(), strict=True):
+            dt = max(t - int(self.t[i]), 0)
+            self.v[i] = min(self.v[i] * 0.5 ** (dt / self.hl) + k, self.cap)
+            self.t[i] = max(t, int(self.t[i]))
+
+    def value(self, at_ms: int) -> np.ndarray:
+        return self.v * 0.5 ** (np.maximum(at_ms - self.t, 0) / self.hl)
+
+
+class EventRing:
+    """The data times of each entity's newest `size` events (0: none), oldest first: 'n events within W' is
+    'the n-th newest event is within W', exact whatever the poll step that reported them."""
+
+    FIELDS = ("t",)
+
+    def __init__(self, n: int, size: int) -> None:
+        self.t = np.zeros((n, size), np.int64)
+
+    def add(self, idx: np.ndarray, ts: np.ndarray, n: np.ndarray) -> None:
+        """`n[i]` events at `ts[i]` (a poll step's increase, stamped at its end)."""
+        size = self.t.shape[1]
+        k = np.minimum(np.floor(np.asarray(n, float) + 1e-9), size).astype(np.int64)
+        for i, t, c in zip(idx.tolist(), ts.tolist(), k.tolist(), strict=True):
+            if c > 0:
+                row = self.t[i]
+                row[:size - c] = row[c:].copy()
+                row[size - c:] = t
+
+    def count_since(self, since_ms: np.ndarray | int) -> np.ndarray:
+        """Events at or after `since_ms` (capped at the ring size)."""
+        return ((self.t >= np.asarray(since_ms).reshape(-1, 1)) & (self.t > 0)).sum(axis=1)
+
+    def nth_newest(self, n: int) -> np.ndarray:
+        """Data time of each entity's n-th newest event (0: fewer than n)."""
+        return self.t[:, self.t.shape[1] - n] if 0 < n <= self.t.shape[1] else np.zeros(len(self.t), np.int64)
 
 
 def increases(prev: np.ndarray, cur: np.ndarray, bits: np.ndarray, sat: np.ndarray) -> np.ndarray:
@@ -216,30 +363,40 @@ def increases(prev: np.ndarray, cur: np.ndarray, bits: np.ndarray, sat: np.ndarr
 class RobustBaseline:
     """Huber-clipped exponentially weighted location/scale: a bounded-memory robust baseline.
 
-    A step away from the baseline moves it by at most alpha * 3 scale units per update, so a
-    connector that went dirty stays visible for days; entities under an active finding are
-    frozen (not updated), so a fault is never learned as normal. Warm-up uses alpha = 1/n.
+    Updated once per observation (a cycle that brought the entity new readings), weighted by the data time since
+    its previous observation (alpha = elapsed / tau), so the same history gives the same baseline whatever the
+    poll and cycle steps. A step away from the baseline moves it by at most alpha * 3 scale units, so a connector
+    that went dirty stays visible for days; entities under an active finding are frozen (their observations are
+    skipped, and the skipped time is not learned later), so a fault is never learned as normal. Warm-up uses
+    alpha = 1/n, n the observations so far.
     """
 
-    FIELDS = ("loc", "scale", "n")
+    FIELDS = ("loc", "scale", "n", "t")
 
     def __init__(self, n: int, scale_floor: float) -> None:
         self.loc = np.full(n, np.nan)
         self.scale = np.full(n, scale_floor)
         self.n = np.zeros(n, np.int32)
+        self.t = np.zeros(n, np.int64)  # data time of the last observation (learned or skipped)
         self.floor = scale_floor
 
-    def update(self, x: np.ndarray, alpha: float, frozen: np.ndarray | None = None) -> None:
+    def update(self, x: np.ndarray, at_ms: int, tau_ms: int, fresh: np.ndarray | None = None,
+               frozen: np.ndarray | None = None) -> None:
         ok = np.isfinite(x)
+        if fresh is not None:
+            ok &= fresh
         if frozen is not None:
+            self.t[ok & frozen] = at_ms
             ok &= ~frozen
         first = ok & ~np.isfinite(self.loc)
         self.loc[first] = x[first]
         self.n[first] = 1
+        self.t[first] = at_ms
         upd = ok & ~first
         if not upd.any():
             return
         n = self.n[upd] + 1
+        alpha = np.clip((at_ms - self.t[upd]) / tau_ms, 0.0, 1.0)
         a = np.maximum(1.0 / n, alpha)
         s = self.scale[upd]
         r = x[upd] - self.loc[upd]
@@ -247,6 +404,7 @@ class RobustBaseline:
         self.loc[upd] += a * np.clip(r, -c, c)
         self.scale[upd] = np.maximum(s + a * (np.minimum(np.abs(r), c) - s), self.floor)
         self.n[upd] = np.minimum(n, 1 << 30)
+        self.t[upd] = at_ms
 
 
 class TrendBuffer:
@@ -293,24 +451,33 @@ class Config:
 
     lateness_ms: int = 30_000             # samples may arrive this late; a cycle at T reads ts <= T - lateness
     initial_lookback_ms: int = 300_000    # a fresh state starts reading this far before its first cycle
-    max_gap_ms: int = 900_000             # a counter step longer than this is unknown (counters.rates)
+    max_gap_ms: int = 1_860_000           # a counter step longer than this is unknown (counters.rates): two
+    #                                       15 min polls and a minute of slack, so coarse history still counts
+    stale_ms: int = 2_100_000             # a metric's held observation is dropped when this old (35 min: a 15 min
+    #                                       poll that missed once is still held)
+    persist_window_ms: int = 7_200_000    # persistence: k of the last n observations within this data time
+    rate_window_ms: int = 60_000          # rates (pause duty, BER bursts) are also taken per sub-window this long
     baseline_tau_ms: int = 7 * 86_400_000  # robust baseline time constant
     trend_bucket_ms: int = 2 * 3_600_000
     trend_points: int = 36                # 72 h of 2 h buckets
     trend_min_points: int = 12            # 24 h: a whole diurnal temperature cycle
     trend_recent_points: int = 18         # slopes use the newest 36 h: the current rate, not the window's average
     trend_min_drop_db: float = 0.5        # and the level already this far below its own baseline
-    decay_half_life_ms: int = 3_600_000   # flap/burst penalty half-life (loose-module memory)
+    trend_fallback_warn_db: float = 3.0   # no module low-warning: a trend's time to threshold is to baseline - 3 dB
+    decay_half_life_ms: int = 3_600_000   # flap/recovery/burst penalty half-life (loose-module memory)
+    burst_quiet_ms: int = 300_000         # errors after this long without any start a new burst (an onset)
     # layer 0
     flap_storm_count: int = 5             # >= 5 flaps ...
-    flap_storm_window_s: float = 75.0     # ... within one counter step this short: F31 says 10 s, which needs
-    #                                       10 s polling; 75 s is one 60 s SNMP poll plus jitter
+    flap_storm_window_s: float = 1800.0   # ... within 30 min of data time, however the polls split them (F31's
+    #                                       5 in 10 s needs 10 s polling; SNMP and imports step 1-15 min)
     loose_hold_penalty: float = 1.5       # a loose-module finding stays while its decayed penalty is this high
-    post_fec_burst: float = 100.0         # post-FEC errors in one cycle that fire without a second interval
+    post_fec_burst: float = 100.0         # post-FEC errors in one observation that fire without a second one
     link_down_hold_ms: int = 120_000      # oper-down (admin up at both ends) this long without an up reading: a
     #                                       down link; a flap or a link retraining recovers well within it
+    lit_dbm: float = -20.0                # a lane reading above this is lit (LOS asserts at -15 to -30 dBm, F5)
     pause_storm_duty: float = 0.9         # tx pause duty (F24/F25 use 0.99 per 100-200 ms; 0.9 per poll)
     pause_storm_rx_util: float = 0.05
+    pause_storm_rx_floor_bps: float = 1e9  # no line rate known: "draining nothing" is rx below 1 Gb/s
     rx_drop_db: float = 1.5               # rx below its own baseline by this much = degraded
     tx_drop_db: float = 1.0               # peer tx below its baseline by this much = transmitter fault
     bias_drift_frac: float = 0.15
@@ -337,6 +504,37 @@ class Config:
 
 KINDS = ("optical_degradation", "post_fec_errors", "flap_storm", "loose_module", "pause_storm", "host_side",
          "congestion", "ber_degradation", "dom_threshold", "bias_drift", "anomaly", "link_down")
+HIST = 5  # observations kept per condition and port (the largest n of the k-of-n persistence)
+
+# Why a rule cannot run on a port (FeatureState.blocked codes; 0: it runs). docs/detection.md, "Inputs per rule".
+BLOCKED = (
+    "",
+    "no port state (oper/admin) and no light or traffic: cannot tell whether the port is in service",
+    "no optic_rx_power_dbm readings",
+    "no optic_tx_bias_amperes readings",
+    "no module DOM readings (temperature, voltage, tx bias, tx power)",
+    "the module gives no alarm thresholds (optics.thresholds)",
+    "no post-FEC counter (uncorrectable codewords, symbol errors, FCS/CRC or rx errors)",
+    "no pre-FEC BER (corrected bits with rx phy bits, port_pre_fec_ber or optic_pre_fec_ber)",
+    "no link-down counter, carrier changes or oper-status readings",
+    "no link recoveries, flaps, pre-FEC BER or post-FEC counters",
+    "no PFC or global pause counters and no pause-storm counters",
+    "no PCIe link width/generation of this NIC's GPU",
+    "no ECN-marked packets and no pause counters",
+    "no port_oper_up readings",
+    "not linked in the inventory (no far end)",
+)
+# How a rule runs on less than its full inputs (FeatureState.degraded bits; bit i is DEGRADED[i]).
+DEGRADED = (
+    "port_admin_up absent: in service when oper-up",
+    "port_admin_up and port_oper_up absent: in service when a lane is lit or traffic flows",
+    "module thresholds absent: rx against its own baseline and trend only (no low-warning margin, no alarm page)",
+    "line rate unknown (no speed, no rx phy bits): draining nothing means rx below an absolute floor",
+    "port_admin_up absent: a port shut on purpose reads the same as a failed link",
+    "no FEC counters: post-FEC errors from FCS/CRC (or rx) errors",
+    "no link-down counter: flaps from carrier changes or oper-status transitions",
+    "no corrected-bit counters: pre-FEC BER from the device's own gauge",
+)
 
 
 class FeatureState:
@@ -344,35 +542,51 @@ class FeatureState:
 
     def __init__(self, fabric: Fabric, config: Config | None = None) -> None:
         self.fabric = fabric
-        self.cfg = config or Config()
+        self.cfg = cfg = config or Config()
         P, L = fabric.P, fabric.L
+        D = len(fabric.dev_names)
         self.gauges: dict[str, GaugeTrack] = {}
         self.counters: dict[str, CounterTrack] = {}
         for m, axis in AXIS.items():
             n = {"port": P, "lane": L, "prio": P * NPRIO}[axis]
             if catalogue.is_counter(m):
-                self.counters[m] = CounterTrack(n)
+                self.counters[m] = CounterTrack(n, cfg.rate_window_ms if m in COUNTER_SUB else 0)
             else:
-                self.gauges[m] = GaugeTrack(n)
+                self.gauges[m] = GaugeTrack(n, m in GAUGE_MINMAX)
+        self.fresh_m: dict[str, np.ndarray] = {m: np.zeros(0, bool) for m in AXIS}  # set by settle()
         self.rx_jitter = np.full(L, np.nan)           # EW mean |successive rx difference|
         self.base = {"rx": RobustBaseline(L, 0.1), "tx": RobustBaseline(L, 0.05),
                      "bias": RobustBaseline(L, 1e-4), "logber": RobustBaseline(P, 0.1),
                      "temp": RobustBaseline(P, 0.5)}
-        self.trend = {"rx": TrendBuffer(L, self.cfg.trend_points), "bias": TrendBuffer(L, self.cfg.trend_points),
-                      "temp": TrendBuffer(P, self.cfg.trend_points)}
-        self.penalty = {"flap": np.zeros(P), "recovery": np.zeros(P), "burst": np.zeros(P), "burst_on": np.zeros(P)}
-        self.hist = {k: np.zeros(P, np.uint32) for k in KINDS}   # bit i = condition held i cycles ago
+        self.trend = {"rx": TrendBuffer(L, cfg.trend_points), "bias": TrendBuffer(L, cfg.trend_points),
+                      "temp": TrendBuffer(P, cfg.trend_points)}
+        # loose-module memory: decayed counts of flaps, link recoveries and error-burst onsets, in data time
+        self.pen = {k: DecayedCount(P, cfg.decay_half_life_ms) for k in ("flap", "recovery", "burst")}
+        self.flaps = EventRing(P, max(16, cfg.flap_storm_count))   # data times of the newest flaps
+        # data time of the newest observation with an error burst (a BER jump or post-FEC errors): errors after
+        # Config.burst_quiet_ms without any are a new burst (an onset), errors that go on are the same one
+        self.burst_ms = np.zeros(P, np.int64)
+        # persistence per condition: the last HIST observations (held?, when), newest last
+        self.obs_hit = {k: np.zeros((P, HIST), bool) for k in KINDS}
+        self.obs_t = {k: np.zeros((P, HIST), np.uint32) for k in KINDS}
         self.latched = {k: np.zeros(P, bool) for k in KINDS}
+        self.last_raw = {k: np.zeros(P, bool) for k in KINDS}
+        self.onset = {k: np.zeros(P, np.int64) for k in KINDS}  # data time the condition first held (0: not)
+        # inputs per rule and port: why it cannot run (BLOCKED code) and what it runs without (DEGRADED bits)
+        self.blocked = {k: np.zeros(P, np.uint8) for k in KINDS}
+        self.degraded = {k: np.zeros(P, np.uint16) for k in KINDS}
         self.flagged = np.zeros(P, bool)               # any finding last cycle: freeze baselines, skip training
         # data time of the first oper-down reading of a port's current run of down readings, with both ends
-        # admin up when it started; 0: up, unknown, or down only because an end is admin-down
+        # admin up (or admin unknown) when it started; 0: up, unknown, or down only because an end is admin-down
         self.down_since = np.zeros(P, np.int64)
+        self.down_from_up = np.zeros(P, bool)          # that run began with an up -> down transition seen here
         # layer-1 results, refreshed at each trend bucket close and kept until the next
         self.lane_trend = {k: np.full(L, np.nan) for k in ("rx_slope", "rx_level", "ttt_warn", "ttt_alarm",
                                                             "bias_slope")}
-        D = len(fabric.dev_names)
-        self.dev_hist = np.zeros(D, np.uint32)
+        self.dev_hit = np.zeros((D, HIST), bool)
+        self.dev_t = np.zeros((D, HIST), np.uint32)
         self.dev_latched = np.zeros(D, bool)
+        self.dev_onset = np.zeros(D, np.int64)
         self.reservoir_x = np.zeros((0, 0))
         self.reservoir_c = np.zeros(0, np.int64)
         self.watermark_ms: int | None = None
@@ -387,8 +601,9 @@ class FeatureState:
                 meta: dict[str, tuple[np.ndarray, np.ndarray]] | None = None) -> int:
         """Apply samples {metric: (entity index, ts_ms, value)}; returns the number applied.
 
-        `meta` optionally gives counter widths per metric: (entity index, bits) and saturating flags
-        are set from it before values are applied (series.counter_bits / series.saturating).
+        Samples may come at any cadence, per metric: several per entity in a batch are applied in time order,
+        one per entity per round, so the result does not depend on how samples were batched; a sample not newer
+        than the entity's last one (a duplicate, or a late one already overtaken) changes nothing.
         """
         n = 0
         for metric, (idx, ts, val) in batch.items():
@@ -425,11 +640,14 @@ class FeatureState:
     def _put(self, metric: str, idx: np.ndarray, ts: np.ndarray, val: np.ndarray) -> None:
         ct = self.counters.get(metric)
         if ct is not None:
-            ct.put(idx, ts, val, self.cfg.max_gap_ms)
+            k_idx, k_ts, k_inc, k_dt = ct.put(idx, ts, val, self.cfg.max_gap_ms)
+            self._events(metric, k_idx, k_ts, k_inc, k_dt)
             return
         gt = self.gauges.get(metric)
         if gt is None:
             return
+        new = gt.newer(idx, ts)
+        idx, ts, val = idx[new], ts[new], val[new]
         if metric in ("port_oper_up", "port_admin_up"):
             self._track_down(metric, idx, ts, val)
         if metric == "optic_rx_power_dbm":  # wobble: EW mean of |successive differences| (fiber, F22)
@@ -442,8 +660,34 @@ class FeatureState:
             self.rx_jitter[i2] = j
         gt.put(idx, ts, val)
 
+    def _events(self, metric: str, idx: np.ndarray, ts: np.ndarray, inc: np.ndarray, dt: np.ndarray) -> None:
+        """Link events from counter steps, at the step's end time: flaps (ring and penalty) and recoveries."""
+        some = inc > 0
+        if not some.any():
+            return
+        idx, ts, inc, dt = idx[some], ts[some], inc[some], dt[some]
+        if metric == "port_link_error_recovery_total":
+            self.pen["recovery"].add(idx, ts, inc)
+            return
+        if metric == "port_carrier_changes_total":  # down and up are two changes; only where no flap counter
+            keep = ~self.counters["port_link_down_events_total"].seen()[idx]
+            idx, ts, inc, dt = idx[keep], ts[keep], np.floor(inc[keep] / 2 + 0.5), dt[keep]
+        elif metric != "port_link_down_events_total":
+            return
+        self._flaps(idx, ts, inc, dt)
+
+    def _flaps(self, idx: np.ndarray, ts: np.ndarray, n: np.ndarray, dt: np.ndarray) -> None:
+        # a step longer than the storm window may have spread its flaps over more than one window: count only
+        # as many as fit in one window at the step's average rate
+        win = self.cfg.flap_storm_window_s * 1000
+        n = np.where(dt > win, n * win / np.maximum(dt, 1), n)
+        self.flaps.add(idx, ts, n)
+        self.pen["flap"].add(idx, ts, n)
+
     def _track_down(self, metric: str, idx: np.ndarray, ts: np.ndarray, val: np.ndarray) -> None:
-        """Keep `down_since`: an up reading ends a run; an admin-down end (here or at the peer) restarts it."""
+        """Keep `down_since`: an up reading ends a run; an admin-down end (here or at the peer) restarts it.
+
+        An up -> down transition on a port with no flap counter is also a flap (gNMI ON_CHANGE, or polls)."""
         ok = np.isfinite(val)
         idx, ts, val = idx[ok], ts[ok], val[ok]
         peer = self.fabric.peer[idx]
@@ -452,46 +696,86 @@ class FeatureState:
             self.down_since[off] = 0
             self.down_since[peer[(val < 0.5) & (peer >= 0)]] = 0
             return
+        oper = self.gauges["port_oper_up"].last[idx]
+        went_down = (oper >= 0.5) & (val < 0.5)
+        no_counter = ~self.counters["port_link_down_events_total"].seen()[idx] & \
+            ~self.counters["port_carrier_changes_total"].seen()[idx]
+        if (went_down & no_counter).any():
+            sel = went_down & no_counter
+            self._flaps(idx[sel], ts[sel], np.ones(int(sel.sum())), np.zeros(int(sel.sum()), np.int64))
         admin = self.gauges["port_admin_up"].last
         peer_admin = np.where(peer >= 0, admin[np.maximum(peer, 0)], np.nan)
         since = self.down_since[idx]
         start = (val < 0.5) & (since == 0) & ~(admin[idx] < 0.5) & ~(peer_admin < 0.5)
         self.down_since[idx] = np.where(val >= 0.5, 0, np.where(start, ts, since))
+        self.down_from_up[idx] = np.where(start, went_down, self.down_from_up[idx] & (val < 0.5))
+
+    def settle(self, at_ms: int) -> dict[str, np.ndarray]:
+        """Close the cycle's windows into held observations; `fresh_m[metric]` marks entities with new data."""
+        stale = self.cfg.stale_ms
+        for m, t in (*self.gauges.items(), *self.counters.items()):
+            self.fresh_m[m] = t.settle(at_ms, stale)
+        return self.fresh_m
 
     def roll(self) -> None:
         """Start a new cycle window."""
         for t in (*self.gauges.values(), *self.counters.values()):
             t.roll()
 
+    # -- coverage ----------------------------------------------------------------------------
+    def blocked_rules(self, p: int) -> dict[str, str]:
+        """Rules that cannot run on port p, and why (empty: all run)."""
+        return {k: BLOCKED[int(self.blocked[k][p])] for k in KINDS if self.blocked[k][p]}
+
+    def degraded_rules(self, p: int) -> dict[str, list[str]]:
+        """Rules that run on port p without some of their inputs, and what they do instead."""
+        return {k: degraded_reasons(int(self.degraded[k][p])) for k in KINDS if self.degraded[k][p]}
+
+    def coverage(self) -> dict[str, dict[str, Any]]:
+        """Per port (device:port) with any gap: {"blocked_rules": {rule: reason}, "degraded_rules": {...}}."""
+        return coverage_map(self.fabric.port_ids, self.blocked, self.degraded,
+                            [self.fabric.port_label(p) for p in range(self.fabric.P)])
+
     # -- persistence -------------------------------------------------------------------------
-    def to_bytes(self) -> bytes:
-        arrays: dict[str, np.ndarray] = {"port_ids": self.fabric.port_ids, "lane_off": self.fabric.lane_off,
-                                         "rx_jitter": self.rx_jitter, "flagged": self.flagged,
-                                         "down_since": self.down_since,
-                                         "reservoir_x": self.reservoir_x, "reservoir_c": self.reservoir_c}
+    def _arrays(self) -> dict[str, np.ndarray]:
+        a: dict[str, np.ndarray] = {"rx_jitter": self.rx_jitter, "flagged": self.flagged,
+                                    "down_since": self.down_since, "down_from_up": self.down_from_up,
+                                    "flap_t": self.flaps.t}
         for m, t in self.gauges.items():
-            for f in GaugeTrack.FIELDS:
-                arrays[f"g|{m}|{f}"] = getattr(t, f)
-        for m, t in self.counters.items():
-            for f in CounterTrack.FIELDS:
-                arrays[f"c|{m}|{f}"] = getattr(t, f)
+            for f in t.FIELDS:
+                a[f"g|{m}|{f}"] = getattr(t, f)
+        for m, c in self.counters.items():
+            for f in c.FIELDS:
+                a[f"c|{m}|{f}"] = getattr(c, f)
         for k, b in self.base.items():
             for f in RobustBaseline.FIELDS:
-                arrays[f"b|{k}|{f}"] = getattr(b, f)
+                a[f"b|{k}|{f}"] = getattr(b, f)
         for k, tb in self.trend.items():
-            for f in TrendBuffer.FIELDS:
-                arrays[f"t|{k}|{f}"] = getattr(tb, f)
-        for k, v in self.penalty.items():
-            arrays[f"p|{k}"] = v
+            for f in ("b_sum", "b_n"):
+                a[f"t|{k}|{f}"] = getattr(tb, f)
+        for k, d in self.pen.items():
+            for f in DecayedCount.FIELDS:
+                a[f"p|{k}|{f}"] = getattr(d, f)
+        a["burst_ms"] = self.burst_ms
         for k in KINDS:
-            arrays[f"h|{k}"], arrays[f"l|{k}"] = self.hist[k], self.latched[k]
+            a[f"oh|{k}"], a[f"ot|{k}"] = self.obs_hit[k], self.obs_t[k]
+            a[f"l|{k}"], a[f"r|{k}"], a[f"o|{k}"] = self.latched[k], self.last_raw[k], self.onset[k]
+            a[f"blk|{k}"], a[f"deg|{k}"] = self.blocked[k], self.degraded[k]
         for k, v in self.lane_trend.items():
-            arrays[f"lt|{k}"] = v
-        arrays["dev_names"] = np.asarray(self.fabric.dev_names, dtype=str)
-        arrays["dev_hist"], arrays["dev_latched"] = self.dev_hist, self.dev_latched
+            a[f"lt|{k}"] = v
+        return a
+
+    def to_bytes(self) -> bytes:
+        arrays = self._arrays()
+        arrays.update({"port_ids": self.fabric.port_ids, "lane_off": self.fabric.lane_off,
+                       "reservoir_x": self.reservoir_x, "reservoir_c": self.reservoir_c,
+                       "dev_names": np.asarray(self.fabric.dev_names, dtype=str), "dev_hit": self.dev_hit,
+                       "dev_t": self.dev_t, "dev_latched": self.dev_latched, "dev_onset": self.dev_onset})
+        for k, tb in self.trend.items():  # shared across entities: not per-port
+            arrays[f"t|{k}|buf"], arrays[f"t|{k}|t"], arrays[f"t|{k}|count"] = tb.buf, tb.t, tb.count
         meta = {"watermark_ms": self.watermark_ms, "last_cycle_ms": self.last_cycle_ms,
                 "next_bucket_ms": self.next_bucket_ms, "last_train_ms": self.last_train_ms, "cycles": self.cycles,
-                "first_cycle_ms": self.first_cycle_ms}
+                "first_cycle_ms": self.first_cycle_ms, "format": 2}
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
         buf = io.BytesIO()
         np.savez(buf, **arrays)
@@ -499,7 +783,10 @@ class FeatureState:
 
     @classmethod
     def from_bytes(cls, data: bytes, fabric: Fabric, config: Config | None = None) -> FeatureState:
-        """Restore a state; ports are matched by id, so inventory changes keep what still exists."""
+        """Restore a state; ports are matched by id, so inventory changes keep what still exists.
+
+        A state saved by an older release (another layout of arrays) keeps what it shares with this one; the
+        rest starts empty, as after a fresh start (persistence histories fill again within a few cycles)."""
         st = cls(fabric, config)
         z = np.load(io.BytesIO(data), allow_pickle=False)
         old_ids = z["port_ids"]
@@ -514,51 +801,66 @@ class FeatureState:
         lmap = np.where(newp >= 0, fabric.lane_index(np.maximum(newp, 0), old_lane_no), -1)
         qmap = np.repeat(pmap, NPRIO) * NPRIO + np.tile(np.arange(NPRIO), len(old_ids))
         qmap = np.where(np.repeat(pmap, NPRIO) >= 0, qmap, -1)
-
-        def put(dst: np.ndarray, src: np.ndarray) -> None:
-            if same:
+        meta = json.loads(bytes(z["meta"]).decode())
+        current = meta.get("format") == 2
+        names = set(z.files)
+        for key, dst in st._arrays().items():
+            if key not in names or (not current and key.split("|")[0] in ("g", "c", "b")):
+                continue  # absent, or a track saved in the old layout: start it empty
+            src = z[key]
+            if src.shape[1:] != dst.shape[1:]:
+                continue  # a changed size (ring, history): start it empty
+            if same and src.shape == dst.shape:
                 dst[...] = src
-                return
+                continue
             n_old = src.shape[0]
             mp = pmap if n_old == len(old_ids) else lmap if n_old == len(old_lane_port) else qmap
+            if len(mp) != n_old:
+                continue
             ok = mp >= 0
             dst[mp[ok]] = src[ok]
-
-        for m, t in st.gauges.items():
-            for f in GaugeTrack.FIELDS:
-                put(getattr(t, f), z[f"g|{m}|{f}"])
-        for m, t in st.counters.items():
-            for f in CounterTrack.FIELDS:
-                put(getattr(t, f), z[f"c|{m}|{f}"])
-        for k, b in st.base.items():
-            for f in RobustBaseline.FIELDS:
-                put(getattr(b, f), z[f"b|{k}|{f}"])
         for k, tb in st.trend.items():
-            put(tb.buf, z[f"t|{k}|buf"]) if z[f"t|{k}|buf"].shape[1:] == tb.buf.shape[1:] else None
-            put(tb.b_sum, z[f"t|{k}|b_sum"])
-            put(tb.b_n, z[f"t|{k}|b_n"])
-            if z[f"t|{k}|t"].shape == tb.t.shape:
+            if f"t|{k}|buf" in names and z[f"t|{k}|buf"].shape[1:] == tb.buf.shape[1:]:
+                src = z[f"t|{k}|buf"]
+                if same:
+                    tb.buf[...] = src
+                else:
+                    mp = pmap if src.shape[0] == len(old_ids) else lmap
+                    ok = mp >= 0
+                    tb.buf[mp[ok]] = src[ok]
                 tb.t[:], tb.count[:] = z[f"t|{k}|t"], z[f"t|{k}|count"]
-        put(st.rx_jitter, z["rx_jitter"])
-        put(st.flagged, z["flagged"])
-        if "down_since" in z:  # absent in states saved before link-down detection
-            put(st.down_since, z["down_since"])
-        for k in st.penalty:
-            put(st.penalty[k], z[f"p|{k}"])
-        for k in KINDS:
-            if f"h|{k}" in z:
-                put(st.hist[k], z[f"h|{k}"])
-                put(st.latched[k], z[f"l|{k}"])
-        for k in st.lane_trend:
-            put(st.lane_trend[k], z[f"lt|{k}"])
         dpos = {n: i for i, n in enumerate(fabric.dev_names)}
-        for i, name in enumerate(z["dev_names"].tolist()):
-            j = dpos.get(name)
-            if j is not None:
-                st.dev_hist[j], st.dev_latched[j] = z["dev_hist"][i], z["dev_latched"][i]
+        if "dev_hit" in names and z["dev_hit"].shape[1:] == st.dev_hit.shape[1:]:
+            for i, name in enumerate(z["dev_names"].tolist()):
+                j = dpos.get(name)
+                if j is not None:
+                    st.dev_hit[j], st.dev_t[j] = z["dev_hit"][i], z["dev_t"][i]
+                    st.dev_latched[j], st.dev_onset[j] = z["dev_latched"][i], z["dev_onset"][i]
         st.reservoir_x, st.reservoir_c = z["reservoir_x"], z["reservoir_c"]
-        meta = json.loads(bytes(z["meta"]).decode())
         st.watermark_ms, st.last_cycle_ms = meta["watermark_ms"], meta["last_cycle_ms"]
         st.next_bucket_ms, st.last_train_ms, st.cycles = meta["next_bucket_ms"], meta["last_train_ms"], meta["cycles"]
         st.first_cycle_ms = meta.get("first_cycle_ms")
         return st
+
+
+def degraded_reasons(bits: int) -> list[str]:
+    return [r for i, r in enumerate(DEGRADED) if bits >> i & 1]
+
+
+def coverage_map(port_ids: np.ndarray, blocked: dict[str, np.ndarray], degraded: dict[str, np.ndarray],
+                 labels: list[str] | None = None) -> dict[Any, dict[str, Any]]:
+    """{port label (or id): {"blocked_rules": {rule: reason}, "degraded_rules": {rule: [what]}}} for ports with
+    any gap, from the saved per-rule arrays."""
+    out: dict[Any, dict[str, Any]] = {}
+    keys = labels if labels is not None else [int(p) for p in np.asarray(port_ids).tolist()]
+    gaps = np.zeros(len(keys), bool)
+    for k in KINDS:
+        if k in blocked:
+            gaps |= blocked[k] > 0
+        if k in degraded:
+            gaps |= degraded[k] > 0
+    for p in np.flatnonzero(gaps).tolist():
+        blk = {k: BLOCKED[int(v[p])] for k, v in blocked.items() if v[p]}
+        deg = {k: degraded_reasons(int(v[p])) for k, v in degraded.items() if v[p]}
+        out[keys[p]] = {"blocked_rules": blk, "degraded_rules": deg}
+    return out

@@ -96,7 +96,12 @@ def test_decaying_laser_and_bias_rise_s2() -> None:
     assert tx[0].ttt_hours is not None and tx[0].ttt_hours >= 24  # predictive: well before low-warning
     bias = got[("bias_drift", "host-p1-00003", "eth2")]
     assert bias[0].cause is Cause.TX_WEAROUT and bias[0].action is Action.REPLACE_LOCAL
-    assert set(got) == {("optical_degradation", "host-p1-00002", "eth1"), ("bias_drift", "host-p1-00003", "eth2")}
+    # the forest may see the dying transmitter early (INFO, on that port only); nothing else is raised
+    early = {k for k in got if k[0] == "anomaly"}
+    assert {k[1:] for k in early} <= {("host-p1-00002", "eth1"), ("host-p1-00003", "eth2")}
+    assert all(f.severity.value == "info" for k in early for f in got[k])
+    assert set(got) - early == {("optical_degradation", "host-p1-00002", "eth1"),
+                                ("bias_drift", "host-p1-00003", "eth2")}
 
 
 @pytest.mark.parametrize("step", [60])
