@@ -8,6 +8,7 @@ import importlib
 import os
 import sys
 from collections.abc import Iterator
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -203,19 +204,34 @@ def _celery_for(settings: Settings):  # type: ignore[no-untyped-def]
     return celery
 
 
+class WorkerPool(StrEnum):
+    """Celery pools `fabricwatch worker` offers; prefork is service.worker.WORKER_POOL."""
+
+    prefork = "prefork"  # a process per slot: time limits enforced
+    threads = "threads"  # less memory; Celery ignores time limits here
+
+
 @app.command()
 def worker(
     queues: Annotated[str, typer.Option("--queues", "-Q", help="Comma-separated queues to consume.")] = "fabricwatch",
-    concurrency: Annotated[int, typer.Option("--concurrency", "-c")] = 8,
+    concurrency: Annotated[int | None, typer.Option(
+        "--concurrency", "-c", min=1, help="Tasks at once (default: two per CPU, at most 8).")] = None,
+    pool: Annotated[WorkerPool, typer.Option(
+        help="prefork: a process per task slot, time limits enforced. threads: less memory, but a hung task "
+             "is never cut off (no time limits).")] = WorkerPool.prefork,
     beat: Annotated[bool, typer.Option("--beat", "-B", help="Also run the scheduler in this process.")] = False,
 ) -> None:
-    """Run a Celery worker (collections and maintenance); threads, since collection waits on I/O."""
+    """Run a Celery worker (collections and maintenance) with the tasks' time limits enforced."""
     from service.migrate import upgrade
+    from service.worker import default_concurrency
 
     with resolved_settings(settings_or_exit()) as settings:
         upgrade(settings.database_url or "")
         celery = _celery_for(settings)
-        argv = ["worker", "-Q", queues, "--pool", "threads", "-c", str(concurrency),
+        if pool is WorkerPool.threads:
+            console.print("[yellow]warning:[/yellow] --pool threads: task time limits are not enforced; a hung "
+                          "collection or detection cycle holds its slot until the worker restarts")
+        argv = ["worker", "-Q", queues, "--pool", pool.value, "-c", str(concurrency or default_concurrency()),
                 "--loglevel", settings.log_level, "--without-gossip", "--without-mingle"]
         if beat:
             argv += ["--beat", "--schedule", _beat_schedule_file()]

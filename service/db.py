@@ -34,6 +34,12 @@ def get_engine(url: str) -> Engine:
     return engine
 
 
+def forget_engines_after_fork() -> None:
+    """In a forked child: empty pools of its own; the pooled connections stay the parent's, unclosed."""
+    for engine in _engines.values():
+        engine.dispose(close=False)
+
+
 def dispose_engines() -> None:
     for engine in _engines.values():
         engine.dispose()

@@ -8,7 +8,8 @@ Every task has a soft and a hard time limit for its kind (TIME_LIMITS, overridde
 FABRICWATCH_TASK_TIME_LIMITS). At the soft limit the task gets SoftTimeLimitExceeded: its transaction
 rolls back (a detection cycle frees the alert lock), a collection records the cut as its target's
 error. At the hard limit the pool process is killed. The next beat tick runs the next cycle either way.
-Celery enforces time limits only in the prefork pool (WORKER_POOL); its threads pool ignores them.
+Celery enforces time limits only in the prefork pool (WORKER_POOL, what `fabricwatch worker` starts);
+its threads pool ignores them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 from celery import Celery, Task, bootsteps
+from celery.signals import worker_process_init
 
 from service.broker import broker_url, transport_class, transport_options
 from service.config import Settings, SettingsError, get_settings
@@ -39,6 +41,12 @@ TIME_LIMITS: dict[str, tuple[float, float]] = {
     "maintain_rollups": (600.0, 660.0),
 }
 _CONF_KEY = "fabricwatch_time_limits"
+
+
+def default_concurrency() -> int:
+    """The pool size when none is given: two per usable CPU (collection mostly waits on the network), at
+    most 8, since every prefork child is a process of its own (memory per child: docs/operations.md)."""
+    return min(8, 2 * len(os.sched_getaffinity(0)))
 
 
 def time_limits(settings: Settings) -> dict[str, tuple[float, float]]:
@@ -153,6 +161,24 @@ def configure(app: Celery, settings: Settings) -> Celery:
         },
     )
     return app
+
+
+@worker_process_init.connect
+def _own_database_connections(**_: Any) -> None:
+    """In each prefork child: forget the database connections pooled in the parent before the fork.
+
+    The parent migrated the schema (and, on the embedded broker, created kombu's tables) before forking,
+    so the engines' pools hold its sockets; a child checking one out would talk on the parent's socket,
+    interleaved with its siblings. dispose(close=False) gives the child empty pools of its own and leaves
+    the parent's connections alone (SQLAlchemy's advice for forked processes).
+    """
+    from kombu.transport import sqlalchemy as kombu_sqla
+
+    from service.db import forget_engines_after_fork
+
+    forget_engines_after_fork()
+    for engine, _session in kombu_sqla.Channel._engines.values():  # the embedded broker's, cached per URL
+        engine.dispose(close=False)
 
 
 # `celery -A service.worker` and `fabricwatch worker/beat` both land here; the CLI exports the

@@ -13,10 +13,11 @@ from pathlib import Path
 
 
 @contextlib.contextmanager
-def worker_process(env: dict[str, str], log: Path, concurrency: int = 8) -> Iterator[subprocess.Popen[bytes]]:
-    """A `fabricwatch worker --beat` child for the life of the block; SIGTERM (then SIGKILL) on exit."""
+def worker_process(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A `fabricwatch worker --beat` child (prefork, default concurrency) for the life of the block;
+    SIGTERM (then SIGKILL) to its process group on exit."""
     with log.open("ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "worker", "--beat", "-c", str(concurrency)],
+        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "worker", "--beat"],
                                 env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         yield proc

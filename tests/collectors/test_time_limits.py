@@ -8,6 +8,7 @@ it must run (and be cut again), and the healthy host must keep its schedule mean
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
@@ -22,16 +23,17 @@ from celery import Celery
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
-import collectors.tasks  # noqa: F401  (these imports register every task on the app)
-import service.detection.tasks
-import service.notify.tasks
-import service.telemetry.tasks  # noqa: F401
 from service.config import SettingsError, load_settings
 from service.inventory.schemas import Inventory
 from service.inventory.service import upsert_inventory
-from service.worker import TIME_LIMITS, WORKER_POOL, LimitedTask, celery_app, time_limits
+from service.worker import TIME_LIMITS, WORKER_POOL, LimitedTask, celery_app, configure, time_limits
 from tests.faults.peers import PrivateRedis
 from tests.paths import REPO
+
+# The modules a worker imports, which register every task on the app.
+for _module in configure(Celery("limits-probe", set_as_current=False),
+                         load_settings(database_url="postgresql://probe/probe")).conf.imports:
+    importlib.import_module(_module)
 
 SYSFS = REPO / "tests/data/host/sysfs_roce"
 PORT = {"name": "ens1f0np0", "nic": "mlx5_0", "rail": 0, "gpu": 0}
@@ -108,18 +110,13 @@ LAUNCHERS = {
     "celery": lambda q, sched: [sys.executable, "-m", "celery", "-A", "service.worker", "worker", "--pool",
                                 WORKER_POOL, "-Q", f"fabricwatch,{q}", "-c", "3", "--beat", "--schedule", sched,
                                 "--without-gossip", "--without-mingle", "--loglevel", "WARNING"],
-    # the command operators run
+    # the command operators run, with its default pool
     "fabricwatch": lambda q, sched: [sys.executable, "-m", "service.cli", "worker", "--beat", "-Q",
                                      f"fabricwatch,{q}", "-c", "3"],
 }
 
 
-@pytest.mark.parametrize("launcher", [
-    "celery",
-    pytest.param("fabricwatch", marks=pytest.mark.xfail(
-        strict=True, reason="service/cli.py starts workers with --pool threads, where Celery ignores time "
-                            "limits; it should pass --pool service.worker.WORKER_POOL")),
-])
+@pytest.mark.parametrize("launcher", ["celery", "fabricwatch"])
 def test_a_hung_collection_is_cut_off_and_the_next_one_runs(launcher: str, db: Engine, db_url: str,
                                                              redis: PrivateRedis, tmp_path: Path) -> None:
     queue = f"limits-{os.getpid()}-{time.monotonic_ns()}"

@@ -4,14 +4,17 @@
   start again on the same port (a restart loses every queued message, as a crashed broker would).
 * `PrivatePostgres`: the embedded PostgreSQL in a fresh /tmp folder, migrated; `stop()`/`start()`
   restart it on the same socket, so clients reconnect to the same URL.
-* `CountingWorker`: `fabricwatch worker` in a subprocess whose collection path writes what it did to a
-  JSON-lines log: each task sent by the dispatcher (with its poll slots), each collection (every sample
-  key the collector produced), each store and spool. The tests compare that log with the database.
-  The instrumentation wraps the real functions; it changes no behaviour unless a hold is asked for.
+* `CountingWorker`: `fabricwatch worker` (prefork, its default pool) in a subprocess whose collection path
+  writes what it did to a JSON-lines log: each task sent by the dispatcher (with its poll slots), each
+  collection (every sample key the collector produced), each store and spool, each with the pid of the
+  pool process that did it. The tests compare that log with the database. The instrumentation wraps the
+  real functions in the worker's main process before its pool forks, so every pool process has it; it
+  changes no behaviour unless a hold is asked for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -33,7 +36,7 @@ from tests.paths import REPO
 # Environment understood by the instrumented worker (set by CountingWorker).
 LOG_ENV = "FW_FAULTS_LOG"  # JSON-lines event log
 VISIBILITY_ENV = "FW_FAULTS_VISIBILITY_S"  # Redis visibility timeout (production: 3600 s)
-HOLD_ENV = "FW_FAULTS_HOLD_S"  # sleep inside the store transaction, after the rows went in
+HOLD_ENV = "FW_FAULTS_HOLD_S"  # sleep inside the store transaction, after the rows went in (first store only)
 DELAY_ENV = "FW_FAULTS_COLLECT_DELAY_S"  # sleep between collecting and storing
 
 
@@ -165,8 +168,9 @@ class CountingWorker:
     def start(self) -> CountingWorker:
         code = "import sys, tests.faults.peers as p; p.worker_main(sys.argv[1:])"
         with self.log_path.open("ab") as out:
+            # its own process group: the main process, its pool and its beat, to kill at once
             self.proc = subprocess.Popen([sys.executable, "-c", code, *self.args], env=self.env, cwd=REPO,
-                                         stdout=out, stderr=subprocess.STDOUT)
+                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
     def alive(self) -> bool:
@@ -182,21 +186,21 @@ class CountingWorker:
             return "(no worker log)"
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
+        """The whole worker dies at once, as on a host or container crash: SIGKILL to its process group."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
-        """Warm shutdown (SIGTERM waits for running tasks); SIGKILL only if it hangs."""
+        """Warm shutdown (SIGTERM waits for running tasks); SIGKILL to the group only if it hangs."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        self.kill()  # nothing of it may outlive the test (a stuck pool process, an orphaned beat)
         return self.proc.returncode
 
 
@@ -311,12 +315,17 @@ def instrument() -> None:
 
     if hold_s:
         real_ingestor = tasks.Ingestor
+        held_marker = os.environ[LOG_ENV] + ".held"  # one hold per event log, whichever process stores first
 
         class HoldingIngestor(real_ingestor):  # type: ignore[misc, valid-type]
             """Rows are in, the transaction is open: the moment a SIGKILL must not leave anything behind."""
 
             def finish(self) -> Any:
                 report = super().finish()
+                try:
+                    os.close(os.open(held_marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                except FileExistsError:
+                    return report  # a re-run: no second hold
                 log.write(ev="holding", task=_current_task_id(), written=report.written)
                 time.sleep(hold_s)
                 return report

@@ -8,6 +8,7 @@ sent (with the poll slot of each group) and which collections ran and were store
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -112,29 +113,50 @@ def test_redis_restart_collection_resumes_no_slot_or_task_twice(
           f"{gap_s:.1f} s; worker exit {rc}")
 
 
+def _send_collection(db: Engine, db_url: str, redis_url: str, queue: str) -> str:
+    """One collection of the test's only endpoint, sent as the dispatcher would; its task id."""
+    with db.connect() as conn:
+        ep = conn.execute(text("SELECT id FROM endpoints")).scalar_one()
+    client = configure(Celery("fw-faults-client"), load_settings(database_url=db_url, redis_url=redis_url))
+    return client.send_task("fabricwatch.collect_target", args=[ep, ["counters", "optics", "state"]],
+                            queue=queue).id
+
+
+def _ran_again_once(db: Engine, db_url: str, worker: CountingWorker, task_id: str) -> tuple[int, int, int]:
+    """The killed run and exactly one re-run of task_id in the event log; only the re-run's rows stored,
+    once. (killed poll ms, re-run poll ms, rows stored)."""
+    ev = worker.events()
+    collected = ev.of("collected")
+    assert [e["task"] for e in collected] == [task_id, task_id], collected  # killed run, then exactly one re-run
+    assert [e["task"] for e in ev.of("stored")] == [task_id]
+    killed_ms, rerun_ms = collected[0]["started_ms"], collected[1]["started_ms"]
+    stored = set(stored_keys(db_url, ["kill-leaf-1"]))
+    assert {k[6] for k in stored} == {rerun_ms}, "rows of the killed, uncommitted run are visible"
+    rerun_keys = {tuple(k) for k in collected[1]["samples"]}
+    assert stored <= rerun_keys and len(stored) == ev.of("stored")[0]["written"]
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) - count(DISTINCT (series_id, ts)) FROM samples")).scalar() == 0
+    return killed_ms, rerun_ms, len(stored)
+
+
 def test_worker_sigkilled_mid_collection_task_runs_again_without_duplicates(
         db: Engine, db_url: str, private_redis: PrivateRedis, agent: Peer, tmp_path: Path) -> None:
-    """SIGKILL while a collection's rows are written but not committed; a second worker re-runs the task.
+    """The whole worker SIGKILLed (its process group: main process and pool, as on a host or container
+    crash) while a collection's rows are written but not committed; a second worker re-runs the task.
 
-    With the thread pool the whole worker process dies, so redelivery comes from the Redis
-    visibility timeout (acks_late: the message was never acknowledged), set to 4 s here instead of
-    3600 s. `task_reject_on_worker_lost` covers the prefork pool's lost child the same way.
+    Nothing of the first worker is left to reject the message, so redelivery comes from the Redis
+    visibility timeout (acks_late: the message was never acknowledged), set to 4 s here instead of 3600 s.
     """
     queue = f"faults-kill-{os.getpid()}"
     load_inventory(db_url, [snmp_device("kill-leaf-1", agent.port, queue, counters_s=3600, others_s=3600)])
-    with db.connect() as conn:
-        ep = conn.execute(text("SELECT id FROM endpoints")).scalar_one()
     common = {COMMUNITY_ENV: "arista", VISIBILITY_ENV: "4"}
     first = CountingWorker(tmp_path, database_url=db_url, redis_url=private_redis.url, queues=queue, beat=False,
                            concurrency=1, extra_env={**common, HOLD_ENV: "120"}, name="first")
     second = CountingWorker(tmp_path, database_url=db_url, redis_url=private_redis.url, queues=queue, beat=False,
                             concurrency=1, extra_env=common, name="second")
-    client = configure(Celery("fw-faults-client"), load_settings(database_url=db_url, redis_url=private_redis.url))
-    client.conf.broker_transport_options = {"visibility_timeout": 4}
     first.start()
     try:
-        task_id = client.send_task("fabricwatch.collect_target", args=[ep, ["counters", "optics", "state"]],
-                                   queue=queue).id
+        task_id = _send_collection(db, db_url, private_redis.url, queue)
         _wait(lambda: first.events().of("holding"), 60, first, "the first worker holding its transaction")
         held = first.events().of("holding")[0]
         first.kill()
@@ -149,17 +171,44 @@ def test_worker_sigkilled_mid_collection_task_runs_again_without_duplicates(
     finally:
         first.kill()
         second.stop()
-    ev = second.events()
-    collected = ev.of("collected")
-    assert [e["task"] for e in collected] == [task_id, task_id], collected  # killed run, then exactly one re-run
-    assert [e["task"] for e in ev.of("stored")] == [task_id]
-    killed_ms, rerun_ms = collected[0]["started_ms"], collected[1]["started_ms"]
-    stored = set(stored_keys(db_url, ["kill-leaf-1"]))
-    assert {k[6] for k in stored} == {rerun_ms}, "rows of the killed, uncommitted run are visible"
-    rerun_keys = {tuple(k) for k in collected[1]["samples"]}
-    assert stored <= rerun_keys and len(stored) == ev.of("stored")[0]["written"]
+    killed_ms, rerun_ms, stored = _ran_again_once(db, db_url, second, task_id)
     with db.connect() as conn:
         status = conn.execute(text("SELECT samples, consecutive_failures FROM target_status")).one()
     print(f"\nkilled with {held['written']} rows written, uncommitted (poll {killed_ms}); task {task_id} re-run "
-          f"{rerun_after_s:.1f} s later by the second worker, stored {len(stored)} rows of poll {rerun_ms} once; "
+          f"{rerun_after_s:.1f} s later by the second worker, stored {stored} rows of poll {rerun_ms} once; "
           f"status {tuple(status)}")
+
+
+def test_pool_process_sigkilled_mid_collection_task_runs_again_without_duplicates(
+        db: Engine, db_url: str, private_redis: PrivateRedis, agent: Peer, tmp_path: Path) -> None:
+    """Only the pool process holding a collection's uncommitted rows is SIGKILLed (the OOM killer's pick,
+    say); the worker's main process lives on.
+
+    It sees its pool process lost, and `task_reject_on_worker_lost` puts the unacknowledged message back
+    on the queue: a new pool process of the same worker runs the task again at once, without waiting for
+    the visibility timeout (left at its production 3600 s here).
+    """
+    queue = f"faults-child-{os.getpid()}"
+    load_inventory(db_url, [snmp_device("kill-leaf-1", agent.port, queue, counters_s=3600, others_s=3600)])
+    worker = CountingWorker(tmp_path, database_url=db_url, redis_url=private_redis.url, queues=queue, beat=False,
+                            concurrency=1, extra_env={COMMUNITY_ENV: "arista", HOLD_ENV: "120"})
+    worker.start()
+    try:
+        task_id = _send_collection(db, db_url, private_redis.url, queue)
+        _wait(lambda: worker.events().of("holding"), 60, worker, "the pool process holding its transaction")
+        held = worker.events().of("holding")[0]
+        assert worker.proc is not None and held["pid"] != worker.proc.pid  # a pool process, not the main one
+        os.kill(held["pid"], signal.SIGKILL)
+        killed_at = time.time()
+        _wait(lambda: worker.events().of("stored"), 60, worker, "the re-run of the killed task")
+        rerun_after_s = time.time() - killed_at
+        time.sleep(3)
+        assert worker.alive(), worker.tail()
+    finally:
+        worker.stop()
+    killed_ms, rerun_ms, stored = _ran_again_once(db, db_url, worker, task_id)
+    rerun = worker.events().of("stored")[0]
+    assert rerun["pid"] != held["pid"]
+    print(f"\npool process {held['pid']} killed with {held['written']} rows uncommitted (poll {killed_ms}); the "
+          f"worker re-ran task {task_id} {rerun_after_s:.1f} s later in pool process {rerun['pid']}, stored "
+          f"{stored} rows of poll {rerun_ms} once")
