@@ -3,8 +3,10 @@
 - Identity: one alert per fingerprint (kind + entity); a re-opened alert keeps its row and id, and
   every change is an `alert_events` row in data time (the cycle's at_ms) with its actor.
 - Hysteresis: only a `firing` finding opens; `holding` keeps an open alert; an open alert resolves
-  after `clear_cycles` consecutive cycles without its finding. A value hovering at the threshold
-  (firing, absent, firing, ...) therefore never flaps the alert.
+  after `clear_cycles` consecutive cycles without its finding and a data-time hold-down per cause that
+  grows with its recent reopens (`hold_down_ms`). A value hovering at the threshold (firing, absent,
+  firing, ...) and an intermittent fault therefore stay one alert; a reopen within `REPEAT_INTERVAL_MS`
+  of the alert's last trigger is recorded but does not notify again (muted `repeat_interval`).
 - Peak: an alert keeps the worst cycle (highest score) of its firing episode: `peak_score`,
   `peak_evidence`, `peak_at_ms`, and that cycle's `summary`; `score`/`evidence` are the last cycle's.
   A clearing cycle ("0 flaps") therefore never rewrites what the alert says happened.
@@ -42,6 +44,19 @@ SEVERITY_RANK = {"info": 0, "ticket": 1, "page": 2}
 MATCHER_LABELS = ("kind", "device", "port", "lane", "pod", "severity", "cause", "scope", "peer_device",
                   "peer_port", "fingerprint")
 _LOCK_KEY = 0x66776172  # pg advisory lock: one apply_findings cycle at a time
+MIN = 60_000
+# An absent alert resolves after clear_cycles absent cycles AND this much data time without its finding: an
+# intermittent fault (it comes and goes) stays one alert. Per cause (others: 0, clear_cycles alone); the wait
+# grows with the alert's reopens in the last REOPEN_MEMORY_MS, like link-flap dampening: + HOLD_STEP_MS *
+# (2^reopens - 1), at most HOLD_MAX_MS.
+HOLD_DOWN_MS = {"loose_module": 30 * MIN, "post_fec_errors": 15 * MIN, "unknown_physical": 15 * MIN,
+                "shared_component": 15 * MIN, "nic_pause_storm": 10 * MIN}
+HOLD_STEP_MS = 5 * MIN
+HOLD_MAX_MS = 240 * MIN
+REOPEN_MEMORY_MS = 24 * 60 * MIN
+# A reopened alert does not notify again within this long of its last trigger (Alertmanager's repeat_interval):
+# it is recorded, muted "repeat_interval", and notifies when the interval ends if it still fires.
+REPEAT_INTERVAL_MS = 4 * 60 * MIN
 
 alerts = Alert.__table__
 events = AlertEvent.__table__
@@ -60,6 +75,30 @@ def clear_cycles_setting() -> int:
     from service.config import load_settings
 
     return load_settings().alert_clear_cycles
+
+
+def hold_down_ms(cause: str, reopens: int) -> int:
+    """Data time an absent alert of this cause waits before it resolves, after `reopens` recent reopens."""
+    extra = HOLD_STEP_MS * ((1 << min(reopens, 8)) - 1)
+    return min(HOLD_DOWN_MS.get(cause, 0) + extra, HOLD_MAX_MS)
+
+
+def _recent_reopens(conn: Connection, ids: list[int], at_ms: int) -> dict[int, int]:
+    if not ids:
+        return {}
+    return dict(conn.execute(text(
+        "SELECT alert_id, count(*) FROM alert_events WHERE alert_id = ANY(:ids) AND event = 'reopened' "
+        "AND at_ms > :since AND at_ms <= :at GROUP BY alert_id"),
+        {"ids": ids, "since": at_ms - REOPEN_MEMORY_MS, "at": at_ms}).all())
+
+
+def _last_triggers(conn: Connection, ids: list[int], at_ms: int) -> dict[int, int]:
+    """Data time of each alert's newest trigger notification (its event carries detail.notified)."""
+    if not ids:
+        return {}
+    return dict(conn.execute(text(
+        "SELECT alert_id, max(at_ms) FROM alert_events WHERE alert_id = ANY(:ids) AND detail ? 'notified' "
+        "AND at_ms <= :at GROUP BY alert_id"), {"ids": ids, "at": at_ms}).all())
 
 
 def now_ms() -> int:
@@ -262,12 +301,15 @@ def apply_findings(*, conn: Connection, findings: list[Finding], at_ms: int, act
                 pending[row["id"]] = (escalated, False)
         seen.add(f.fingerprint)
 
-    for fp, row in by_fp.items():
-        if fp in seen or row["state"] == "resolved" or (kind_set is not None and row["kind"] not in kind_set):
-            continue
+    absent = [row for fp, row in by_fp.items() if fp not in seen and row["state"] != "resolved"
+              and (kind_set is None or row["kind"] in kind_set)]
+    reopens = _recent_reopens(conn, [r["id"] for r in absent if r["missed_cycles"] + 1 >= clear], at_ms)
+    for row in absent:
         missed = row["missed_cycles"] + 1
-        if missed >= clear:
-            _resolve(conn, cs, row, at_ms=at_ms, actor=actor, detail={"auto": True, "absent_cycles": missed})
+        hold = hold_down_ms(row["cause"], reopens.get(row["id"], 0))
+        if missed >= clear and at_ms - row["last_seen_ms"] >= hold:
+            _resolve(conn, cs, row, at_ms=at_ms, actor=actor,
+                     detail={"auto": True, "absent_cycles": missed, "hold_down_ms": hold})
         else:
             _set(conn, row, bump=False, missed_cycles=missed, finding_state=None)
 
@@ -278,11 +320,17 @@ def apply_findings(*, conn: Connection, findings: list[Finding], at_ms: int, act
             _group(conn, cs, parent, set(f.members), by_fp.values(), at_ms, actor)
 
     mutes = _Mutes.load(conn, at_ms)
+    # a reopened alert that has not notified this episode waits out the repeat interval of its last trigger
+    reopened = [row["id"] for row in by_fp.values()
+                if row["state"] == "firing" and not row["notified"] and row["episode"] > 1]
+    repeat = {i: t for i, t in _last_triggers(conn, reopened, at_ms).items() if at_ms - t < REPEAT_INTERVAL_MS}
     for row in by_fp.values():
         if row["state"] == "resolved":
             continue
         parent = by_id.get(row["parent_id"]) if row["parent_id"] else None
         reason = mutes.reason(row, parent is not None and parent["state"] != "resolved")
+        if reason is None and row["id"] in repeat:
+            reason = "repeat_interval"
         change, fresh = pending.get(row["id"], (None, False))
         if reason != row["muted_by"]:
             _set(conn, row, muted_by=reason)
@@ -303,6 +351,8 @@ def apply_findings(*, conn: Connection, findings: list[Finding], at_ms: int, act
         if wants_trigger and change is not None:
             _notify(conn, row, change, "firing")
             _set(conn, row, bump=False, notified=True)
+            conn.execute(text("UPDATE alert_events SET detail = detail || CAST(:d AS jsonb) WHERE id = :i"),
+                         {"d": json.dumps({"notified": change.notified}), "i": change.event_id})
     return cs
 
 

@@ -10,7 +10,7 @@ from sqlalchemy import Connection, Engine, text
 
 from service.alerts import service
 from service.alerts.service import apply_findings, ms_to_dt
-from service.detection.findings import Evidence, Finding, Severity
+from service.detection.findings import Action, Cause, Evidence, Finding, Severity
 from service.notify.service import create_subscription
 from tests.alerts import STEP, T0, finding
 
@@ -66,7 +66,9 @@ def test_hysteresis_holding_keeps_absent_resolves_and_reopen_keeps_history(db: E
     assert [(e["event"], e["at_ms"], e["actor"]) for e in events] == [
         ("opened", T0, "detector"), ("resolved", T0 + 6 * STEP, "detector"), ("reopened", T0 + 8 * STEP, "detector")]
     assert alert is not None and alert["episode"] == 2 and alert["state"] == "firing"
-    assert [m["event"] for m in outbox(db)] == ["firing", "resolved", "firing"]
+    # the reopen 8 min after its first page does not page again (repeat interval): it is recorded, muted
+    assert [m["event"] for m in outbox(db)] == ["firing", "resolved"]
+    assert events[-1]["detail"]["muted_by"] == "repeat_interval" and alert["muted_by"] == "repeat_interval"
 
 
 def test_a_link_hovering_at_the_threshold_does_not_flap(db: Engine, sub: int) -> None:
@@ -235,3 +237,75 @@ def test_an_alert_keeps_the_peak_of_its_episode_not_the_clearing_cycle(db: Engin
         a = service.get_alert(conn=conn, alert_id=aid)
     assert a is not None and a["episode"] == 2 and "5 flaps" in a["summary"]
     assert (a["peak_score"], a["peak_at_ms"]) == (5.0, T0 + 7 * STEP)
+
+
+def _loose(i: int, state: str = "firing") -> Finding:
+    return finding(kind="loose_module", state=state, at_ms=T0 + i * STEP, cause=Cause.LOOSE_MODULE,
+                   severity=Severity.TICKET, action=Action.RESEAT, summary="loose module at leaf-01:Ethernet1/1")
+
+
+def test_an_intermittent_fault_is_one_alert_until_clear_for_its_hold_down(db: Engine, sub: int) -> None:
+    """A loose module's finding comes and goes (bursts every 10-25 min): one alert, one page. It resolves only
+    after 30 min of data time without the finding (loose_module's hold-down), not after 3 absent cycles."""
+    present = {0, 1, 2, 12, 13, 30, 31, 55}  # absent for 9, 16 and 23 min (one cycle a minute)
+    for i in range(0, 56):
+        cycle(db, i, *([_loose(i)] if i in present else []))
+    with db.connect() as conn:
+        (aid,) = conn.execute(text("SELECT id FROM alerts")).scalars()
+        assert history(conn, aid) == ["opened"]
+    for i in range(56, 56 + 29):  # clear: 29 min is not yet the 30 min hold-down
+        assert cycle(db, i).resolved == []
+    cs = cycle(db, 85)
+    assert cs.resolved == [aid]
+    with db.connect() as conn:
+        resolved = service.list_events(conn=conn, alert_id=aid)[-1]
+    assert resolved["detail"] == {"auto": True, "absent_cycles": 30, "hold_down_ms": 30 * 60_000}
+    assert [m["event"] for m in outbox(db)] == ["firing", "resolved"]
+
+
+def test_reopens_lengthen_the_hold_down_and_do_not_page_within_the_repeat_interval(db: Engine, sub: int) -> None:
+    """A fault that keeps coming back after its alert resolved: each reopen is counted (episode - 1), the
+    next hold-down doubles (5, 15, 35 min extra: link-flap dampening), and none of the reopens pages."""
+    def absent_until_resolved(i: int) -> int:
+        while not cycle(db, i).resolved:
+            i += 1
+        return i
+
+    i = 0
+    waits = []
+    for _ in range(4):
+        cycle(db, i, finding(at_ms=T0 + i * STEP))
+        last = i
+        i = absent_until_resolved(i + 1)
+        waits.append(i - last)
+        i += 1
+    # contamination has no hold-down of its own: clear_cycles (3 min), then 5, 15 and 35 min after 1-3 reopens
+    assert waits == [3, 5, 15, 35]
+    with db.connect() as conn:
+        a = conn.execute(text("SELECT id, episode FROM alerts")).one()
+        reopened = [e for e in service.list_events(conn=conn, alert_id=a.id) if e["event"] == "reopened"]
+    assert a.episode - 1 == len(reopened) == 3
+    assert all(e["detail"]["muted_by"] == "repeat_interval" for e in reopened)
+    assert [m["event"] for m in outbox(db)] == ["firing", "resolved"]  # one page, its one resolve
+
+
+def test_a_reopen_after_the_repeat_interval_pages_again(db: Engine, sub: int) -> None:
+    cycle(db, 0, finding())
+    for i in (1, 2, 3):
+        cycle(db, i)
+    later = 4 * 60 + 5  # 4 h 5 min after the first page
+    cs = cycle(db, later, finding(at_ms=T0 + later * STEP))
+    assert cs.reopened and cs.notifications == 1
+    assert [m["event"] for m in outbox(db)] == ["firing", "resolved", "firing"]
+
+
+def test_a_muted_reopen_pages_when_its_repeat_interval_ends_if_it_still_fires(db: Engine, sub: int) -> None:
+    cycle(db, 0, finding())
+    for i in (1, 2, 3):
+        cycle(db, i)
+    for i in range(4, 4 * 60 + 1):  # back at 4 min and firing on: muted until 4 h after the first page
+        cs = cycle(db, i, finding(at_ms=T0 + i * STEP))
+        assert cs.notifications == (1 if i == 4 * 60 else 0), i
+    with db.connect() as conn:
+        (aid,) = conn.execute(text("SELECT id FROM alerts")).scalars()
+        assert history(conn, aid) == ["opened", "resolved", "reopened", "unmuted"]
