@@ -11,6 +11,7 @@ from service.nccl.models import NcclBaseline, NcclResultRow, NcclRunRow
 from service.notify.models import OutboxMessage, WebhookDelivery, WebhookSubscription
 from service.telemetry.models import (
     CollectionSlot,
+    GnmiStreamState,
     LinkEvent,
     LldpNeighbor,
     Series,
@@ -32,6 +33,7 @@ __all__ = [
     "DrainBreaker",
     "DrainRecommendation",
     "Endpoint",
+    "GnmiStreamState",
     "Incident",
     "IncidentEvent",
     "Link",

@@ -1,4 +1,5 @@
-"""Migrations: an empty database reaches head, and downgrade-then-upgrade works."""
+"""Migrations: an empty database reaches head, downgrade-then-upgrade works, and the models match the
+migrations (`alembic check`)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from alembic import command
 from sqlalchemy import inspect, make_url
 
 from service.db import dispose_engines, get_engine, normalize_url
-from service.migrate import current, downgrade, upgrade
+from service.migrate import alembic_config, current, downgrade, upgrade
 from tests.conftest import _admin_url
 
 EXPECTED = {"devices", "ports", "optics", "links", "endpoints", "series", "sample_rows", "sample_blocks", "link_events",
@@ -18,17 +20,22 @@ EXPECTED = {"devices", "ports", "optics", "links", "endpoints", "series", "sampl
 
 
 @pytest.fixture()
-def empty_db(server_url: str) -> Iterator[str]:
+def missing_db(server_url: str) -> Iterator[str]:
+    """The URL of a database that does not exist yet; dropped afterwards if something created it."""
     name = f"fw_mig_{uuid.uuid4().hex[:8]}"
-    admin = _admin_url(server_url)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
     try:
         yield make_url(normalize_url(server_url)).set(database=name).render_as_string(hide_password=False)
     finally:
         dispose_engines()
-        with psycopg.connect(admin, autocommit=True) as conn:
+        with psycopg.connect(_admin_url(server_url), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture()
+def empty_db(server_url: str, missing_db: str) -> str:
+    with psycopg.connect(_admin_url(server_url), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{make_url(missing_db).database}"')
+    return missing_db
 
 
 def _tables(url: str) -> set[str]:
@@ -45,3 +52,10 @@ def test_empty_to_head_down_and_up_again(empty_db: str) -> None:
     assert _tables(empty_db) <= {"alembic_version"}
     upgrade(empty_db)
     assert _tables(empty_db) >= EXPECTED and current(empty_db) == head
+
+
+def test_models_match_the_migrations(db_url: str) -> None:
+    """`alembic check` on the migrated test database: no operation autogenerate would add, so a model
+    changed without its migration (or the reverse) fails here, in CI, not in production."""
+    command.check(alembic_config(db_url))
+

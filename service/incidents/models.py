@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, ForeignKey, Integer, String, Text
+from sqlalchemy import BigInteger, DateTime, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -40,6 +40,13 @@ class Incident(Base):
     outcome_note: Mapped[str | None] = mapped_column(Text)
     outcome_by: Mapped[str | None] = mapped_column(String(128))
     outcome_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    __table_args__ = (
+        # one open incident per entity: the pipeline updates it instead of opening duplicates
+        Index("incidents_open_entity", "entity", unique=True,
+              postgresql_where=text("state IN ('suspect', 'drain_recommended', 'drained', 'in_repair', 'verifying')")),
+        Index("incidents_state", "state"),
+        Index("incidents_device", "device"),
+    )
 
 
 class IncidentEvent(Base):
@@ -55,3 +62,4 @@ class IncidentEvent(Base):
     to_state: Mapped[str | None] = mapped_column(String(32))
     text: Mapped[str | None] = mapped_column(Text)
     data: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    __table_args__ = (Index("incident_events_incident", "incident_id", "id"),)

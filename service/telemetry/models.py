@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     ARRAY,
@@ -23,6 +24,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.db import Base
@@ -60,6 +62,8 @@ sample_rows = Table(
     Column("ts", DateTime(timezone=True), nullable=False),
     Column("value", Float(53), nullable=False),
     PrimaryKeyConstraint("series_id", "ts", name="samples_pkey"),
+    # small, and enough for time-range scans of a day's partition (migration 0090: summarized as it fills)
+    Index("samples_ts_brin", "ts", postgresql_using="brin", postgresql_with={"autosummarize": "on"}),
     postgresql_partition_by="RANGE (ts)",
 )
 
@@ -104,6 +108,26 @@ class TargetStatus(Base):
     duration_s: Mapped[float | None] = mapped_column(Float)
     samples: Mapped[int] = mapped_column(Integer, default=0)
     consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class GnmiStreamState(Base):
+    """Per gNMI target, its Subscribe stream's state and what path discovery learned (migration 0170);
+    written by collectors/gnmi_stream.py and the dispatcher."""
+
+    __tablename__ = "gnmi_stream_state"
+    endpoint_id: Mapped[int] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"), primary_key=True)
+    state: Mapped[str | None] = mapped_column(String(32))   # streaming | reconnecting | stalled | fallback-polling
+    reason: Mapped[str | None] = mapped_column(Text)
+    since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    owner: Mapped[str | None] = mapped_column(String(200))  # the worker holding the stream's lease
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_data_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    discovery: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=text("now()"))
+    __table_args__ = (
+        CheckConstraint("state IS NULL OR state IN ('streaming', 'reconnecting', 'stalled', 'fallback-polling')",
+                        name="gnmi_stream_state_state"),
+    )
 
 
 class CollectionSlot(Base):
