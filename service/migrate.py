@@ -1,7 +1,15 @@
-"""Run Alembic migrations from code (`fabricwatch db upgrade`, tests, the embedded default)."""
+"""Run Alembic migrations from code (`fabricwatch db upgrade`, `serve`, `worker`, tests, the embedded default).
+
+Every upgrade and downgrade holds one PostgreSQL advisory lock for the database, so replicas that start
+together migrate one after the other: the first brings the schema to head, the others then find it there
+and change nothing.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 from alembic import command
@@ -9,6 +17,10 @@ from alembic.config import Config
 
 import migrations
 from service.db import normalize_url
+
+log = logging.getLogger(__name__)
+
+MIGRATION_LOCK = 74_201_000  # pg_advisory_lock key: one schema migration at a time per database
 
 
 def alembic_config(url: str) -> Config:
@@ -54,8 +66,8 @@ def create_database_if_missing(url: str) -> str | None:
                 break  # it exists: the first refusal is the one to tell
             try:
                 admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(u.database)))
-            except psycopg.errors.DuplicateDatabase:
-                return None  # created meanwhile by another process
+            except (psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
+                return None  # created meanwhile by another process (a concurrent CREATE DATABASE is the latter)
             except psycopg.Error as exc:
                 raise DatabaseUnavailable(
                     f"database {u.database!r} does not exist and role {u.username or admin.info.user!r} cannot "
@@ -65,12 +77,38 @@ def create_database_if_missing(url: str) -> str | None:
     raise DatabaseUnavailable(f"cannot connect to {shown}: {one_line(refused)}")
 
 
+@contextlib.contextmanager
+def migration_lock(url: str) -> Iterator[None]:
+    """Hold the database's migration lock for the block, waiting for another process's migration first.
+
+    A session lock on a connection of its own, so migrations keep their own transactions; a process that
+    dies holding it loses its connection, and with it the lock.
+    """
+    from sqlalchemy import text
+
+    from service.db import get_engine
+
+    with get_engine(url).connect() as conn:
+        key = {"k": MIGRATION_LOCK}
+        if not conn.execute(text("SELECT pg_try_advisory_lock(:k)"), key).scalar_one():
+            log.warning("waiting for another process's schema migration to finish")
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), key)
+        conn.commit()  # no transaction left open while the migration runs; the session lock stays
+        try:
+            yield
+        finally:
+            conn.execute(text("SELECT pg_advisory_unlock(:k)"), key)
+            conn.commit()
+
+
 def upgrade(url: str, revision: str = "heads") -> None:
-    command.upgrade(alembic_config(url), revision)
+    with migration_lock(url):
+        command.upgrade(alembic_config(url), revision)
 
 
 def downgrade(url: str, revision: str = "base") -> None:
-    command.downgrade(alembic_config(url), revision)
+    with migration_lock(url):
+        command.downgrade(alembic_config(url), revision)
 
 
 def current(url: str) -> str | None:

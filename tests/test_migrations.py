@@ -1,19 +1,24 @@
-"""Migrations: an empty database reaches head, downgrade-then-upgrade works, and the models match the
-migrations (`alembic check`)."""
+"""Migrations: an empty database reaches head, downgrade-then-upgrade works, the models match the
+migrations (`alembic check`), and replicas migrating at once do it one after the other."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 from alembic import command
-from sqlalchemy import inspect, make_url
+from alembic.script import ScriptDirectory
+from sqlalchemy import inspect, make_url, text
 
 from service.db import dispose_engines, get_engine, normalize_url
 from service.migrate import alembic_config, current, downgrade, upgrade
 from tests.conftest import _admin_url
+from tests.paths import REPO
 
 EXPECTED = {"devices", "ports", "optics", "links", "endpoints", "series", "sample_rows", "sample_blocks", "link_events",
             "target_status", "pods", "api_tokens"}
@@ -59,3 +64,17 @@ def test_models_match_the_migrations(db_url: str) -> None:
     changed without its migration (or the reverse) fails here, in CI, not in production."""
     command.check(alembic_config(db_url))
 
+
+def test_replicas_upgrading_at_once_migrate_once(missing_db: str) -> None:
+    """Two `fabricwatch db upgrade` (the step `serve` and `worker` also run first) started together on a
+    database that does not exist yet: both succeed, one after the other, and the schema is at head once."""
+    env = {**os.environ, "FABRICWATCH_DATABASE_URL": missing_db}
+    procs = [subprocess.Popen([sys.executable, "-m", "service.cli", "db", "upgrade"], env=env, cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=180)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    head = ScriptDirectory.from_config(alembic_config(missing_db)).get_current_head()
+    assert current(missing_db) == head
+    with get_engine(missing_db).connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [head]
+    assert sum("created database" in o for o in outs) == 1, outs
