@@ -125,7 +125,7 @@ def get_silence(silence_id: int, engine: EngineDep, _: ReadScope) -> SilenceRead
 
 @router.patch("/silences/{silence_id}", response_model=SilenceRead, tags=["silences"])
 def update_silence(silence_id: int, body: SilenceUpdate, engine: EngineDep, _: OperateScope) -> SilenceRead:
-    values = body.model_dump(exclude_unset=True)
+    values = body.model_dump(exclude_none=True)  # null, like leaving a field out, keeps it as it is
     with engine.begin() as conn:
         current = service.get_silence(conn=conn, silence_id=silence_id)
         if current is None:
@@ -172,7 +172,7 @@ def get_maintenance(window_id: int, engine: EngineDep, _: ReadScope) -> Maintena
 @router.patch("/maintenance/{window_id}", response_model=MaintenanceRead, tags=["maintenance"])
 def update_maintenance(window_id: int, body: MaintenanceUpdate, engine: EngineDep,
                        _: OperateScope) -> MaintenanceRead:
-    values = body.model_dump(exclude_unset=True)
+    values = body.model_dump(exclude_none=True)  # null, like leaving a field out, keeps it as it is
     with engine.begin() as conn:
         current = service.get_maintenance(conn=conn, window_id=window_id)
         if current is None:

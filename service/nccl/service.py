@@ -198,8 +198,8 @@ def compare(*, conn: Connection, run_id: int, tolerance: float = DEFAULT_TOLERAN
         base_rows = {r["size_bytes"]: r for r in _results(conn, baseline_run_id)}
         for r in _results(conn, run_id):
             b = base_rows.get(r["size_bytes"])
-            if b is None or b["oop_busbw"] < min_busbw:
-                continue
+            if b is None or b["oop_busbw"] < min_busbw or b["oop_busbw"] <= 0:
+                continue  # nothing to compare with (min_busbw=0 lets a zero baseline through)
             change = r["oop_busbw"] / b["oop_busbw"] - 1
             bad = change < -tolerance
             cmp.sizes.append(SizeDelta(r["size_bytes"], b["oop_busbw"], r["oop_busbw"], round(change, 6), bad))
