@@ -6,7 +6,7 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection, text
 
@@ -16,6 +16,8 @@ SCOPES = ("read", "operate", "admin", "ingest")
 _IMPLIES = {"read": {"read"}, "operate": {"read", "operate"}, "admin": {"read", "operate", "admin", "ingest"},
             "ingest": {"ingest"}}
 TOKEN_PREFIX = "fw_"
+# last_used_at is written at most this often per token: a read request should not cost a write (and a WAL flush).
+LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,15 +50,16 @@ def create_token(conn: Connection, *, name: str, scopes: list[str]) -> str:
 
 def verify_token(conn: Connection, token: str) -> Principal | None:
     """The principal for a presented token, or None. The hash is compared in constant time."""
-    row = conn.execute(text("SELECT id, name, token_hash, scopes FROM api_tokens "
+    row = conn.execute(text("SELECT id, name, token_hash, scopes, last_used_at FROM api_tokens "
                             "WHERE prefix = :p AND revoked_at IS NULL"), {"p": token[:12]}).first()
     if row is None:
         hmac.compare_digest(_hash(token), _hash("decoy"))  # same work whether or not the prefix exists
         return None
     if not hmac.compare_digest(row.token_hash, _hash(token)):
         return None
-    conn.execute(text("UPDATE api_tokens SET last_used_at = :t WHERE id = :i"),
-                 {"t": datetime.now(UTC), "i": row.id})
+    now = datetime.now(UTC)
+    if row.last_used_at is None or now - row.last_used_at >= LAST_USED_RESOLUTION:
+        conn.execute(text("UPDATE api_tokens SET last_used_at = :t WHERE id = :i"), {"t": now, "i": row.id})
     return Principal(row.name, tuple(row.scopes))
 
 

@@ -62,3 +62,25 @@ def test_repeated_failures_are_rate_limited(client: TestClient) -> None:
 
 def test_health_needs_no_token(client: TestClient) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_last_used_is_written_at_most_once_a_minute(client: TestClient, db: Engine) -> None:
+    """A read request should not cost a write: last_used_at moves only when it is a minute old."""
+    token = _token(db, "read")
+    hdrs = {"authorization": f"Bearer {token}"}
+
+    def last_used():  # type: ignore[no-untyped-def]
+        with db.connect() as conn:
+            return conn.execute(text("SELECT last_used_at FROM api_tokens")).scalar_one()
+
+    assert last_used() is None
+    assert client.get("/api/v1/targets", headers=hdrs).status_code == 200
+    first = last_used()
+    assert first is not None
+    for _ in range(3):
+        assert client.get("/api/v1/targets", headers=hdrs).status_code == 200
+    assert last_used() == first
+    with db.begin() as conn:
+        conn.execute(text("UPDATE api_tokens SET last_used_at = last_used_at - interval '61 seconds'"))
+    assert client.get("/api/v1/targets", headers=hdrs).status_code == 200
+    assert last_used() > first
