@@ -48,6 +48,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import Connection, make_url, text
 
 from service.api.auth import ReadScope
+from service.api.problems import invalid_param
 
 CHANNEL = "fabricwatch_events"
 KINDS = ("alert", "drain", "incident", "target")
@@ -260,15 +261,29 @@ async def _stream(request: Request, hub: EventHub, kinds: set[str] | None,
                 yield ev.sse()
 
 
+def parse_kinds(kinds: str | None) -> set[str] | None:
+    """The `kinds` filter as a set (None: every kind); a kind outside KINDS is a 422 naming the allowed ones."""
+    if kinds is None:
+        return None
+    wanted = {k.strip() for k in kinds.split(",") if k.strip()}
+    unknown = sorted(wanted - set(KINDS))
+    if unknown or not wanted:
+        shown = ", ".join(repr(k[:40]) for k in unknown[:5]) if unknown else "nothing"
+        raise invalid_param("kinds", f"{shown} is not an event kind; allowed: {', '.join(KINDS)} (comma-separated)")
+    return wanted
+
+
 @router.get("/events", summary="Server-sent events: alert, drain, incident and target changes",
-            response_class=StreamingResponse)
+            response_class=StreamingResponse,
+            responses={200: {"description": "an endless text/event-stream (docs/api.md, Server-sent events)",
+                             "content": {"text/event-stream": {"schema": {"type": "string"}}}}})
 async def get_events(
     request: Request,
     _: ReadScope,
-    kinds: Annotated[str | None, Query(description="comma-separated kinds, e.g. alert,drain")] = None,
+    kinds: Annotated[str | None, Query(description=f"comma-separated, from {', '.join(KINDS)}; default all")] = None,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
-    wanted = {k.strip() for k in kinds.split(",") if k.strip()} if kinds else None
+    wanted = parse_kinds(kinds)
     last = last_event_id or request.query_params.get("last_event_id")
     return StreamingResponse(_stream(request, hub_for(request.app), wanted, last), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, Field
 from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
@@ -16,12 +17,21 @@ from service.broker import ping_broker
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
+class Alive(BaseModel):
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "not ready"]
+    checks: dict[str, str] = Field(description="database, broker: 'ok' or 'error: <why>'")
+
+
+@router.get("/healthz", response_model=Alive)
 def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness, "description": "not ready"}})
 async def readyz(engine: EngineDep, settings: SettingsDep) -> JSONResponse:
     checks: dict[str, Any] = {}
 
@@ -40,6 +50,8 @@ async def readyz(engine: EngineDep, settings: SettingsDep) -> JSONResponse:
                         status_code=200 if ready else 503)
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse,
+            responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+                             "description": "Prometheus text exposition"}})
 def metrics() -> Response:
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

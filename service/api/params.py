@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import Query
+from pydantic import WithJsonSchema
 
 from service.api.problems import Problem, invalid_param
 
@@ -22,6 +23,9 @@ MS_MIN, MS_MAX = int(TIME_MIN.timestamp() * 1000), int(TIME_MAX.timestamp() * 10
 TIME_DOC = (f"RFC 3339 (no zone means UTC) or Unix milliseconds, from {TIME_MIN:%Y-%m-%dT%H:%M:%SZ} ({MS_MIN}) "
             f"to {TIME_MAX:%Y-%m-%dT%H:%M:%SZ} ({MS_MAX}, excluded)")
 _NUMBER = re.compile(r"[+-]?[0-9]+(\.[0-9]+)?")
+
+# A time a view has already written with datetime.isoformat() ('+00:00'): served as is, described as a date-time.
+IsoTime = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
 
 
 def time_query(what: str) -> Any:

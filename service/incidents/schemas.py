@@ -170,3 +170,8 @@ class PrecisionRow(BaseModel):
 class PrecisionRead(BaseModel):
     by_cause: list[PrecisionRow]
     by_part_number: list[PrecisionRow]
+
+
+class NoteAdded(BaseModel):
+    incident_id: int
+    added: bool

@@ -18,6 +18,7 @@ from service.incidents.schemas import (
     EventRead,
     IncidentDetail,
     IncidentRead,
+    NoteAdded,
     NoteCreate,
     OutcomeCreate,
     OwnerUpdate,
@@ -105,7 +106,7 @@ def post_transition(incident_id: int, body: TransitionCreate, engine: EngineDep,
     return _read(row)
 
 
-@router.post("/{incident_id}/notes", summary="Add a note to the timeline", status_code=201)
+@router.post("/{incident_id}/notes", summary="Add a note to the timeline", status_code=201, response_model=NoteAdded)
 def post_note(incident_id: int, body: NoteCreate, engine: EngineDep, principal: OperateScope) -> dict[str, Any]:
     try:
         with engine.begin() as conn:

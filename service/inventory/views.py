@@ -12,15 +12,18 @@ import base64
 import binascii
 import json
 import math
-from typing import Annotated, Any
+from datetime import datetime
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
 from sqlalchemy import Connection, text
 
 from service.api.auth import ReadScope
 from service.api.deps import EngineDep
 from service.api.problems import Problem
 from service.inventory.schemas import DeviceKind, DeviceRole
+from service.telemetry.schemas import TargetState
 
 router = APIRouter(prefix="/api/v1", tags=["inventory"])
 
@@ -36,6 +39,164 @@ DOM = {
     "voltage_volts": ("optic_voltage_volts", False),
 }
 _METRIC_KEY = {m: k for k, (m, _) in DOM.items()}
+
+
+# ---------------------------------------------------------------------------- response models
+
+Item = TypeVar("Item")
+DomStatus = Literal["ok", "warning", "alarm", "unknown"]
+
+
+class Page(BaseModel, Generic[Item]):
+    items: list[Item]
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null: this is the last")
+
+
+class EndpointRef(BaseModel):
+    protocol: str
+    address: str
+    port: int | None
+
+
+class DeviceItem(BaseModel):
+    name: str
+    kind: str
+    role: str
+    pod: str | None
+    rack: str | None
+    vendor: str | None
+    model: str | None
+    mgmt_address: str | None
+    gpus: int
+    ports: int = Field(description="how many ports")
+    endpoints: list[EndpointRef]
+
+
+class PortOptic(BaseModel):
+    type: str | None
+    part_number: str | None
+    vendor: str | None
+    serial: str | None
+    form_factor: str | None
+    lanes: int | None
+
+
+class PortPeer(BaseModel):
+    link_id: int
+    device: str
+    port: str
+
+
+class DevicePort(BaseModel):
+    name: str
+    speed_gbps: float | None
+    rail: int | None
+    gpu: int | None
+    nic: str | None
+    optic: PortOptic | None
+    peer: PortPeer | None
+    oper_up: bool | None = Field(description="the latest port_oper_up sample; null: none stored")
+    oper_at: datetime | None
+
+
+class DeviceTarget(EndpointRef):
+    last_attempt: datetime | None
+    last_success: datetime | None
+    last_error: str | None
+    consecutive_failures: int
+    state: TargetState
+
+
+class DeviceDetail(BaseModel):
+    name: str
+    kind: str
+    role: str
+    pod: str | None
+    rack: str | None
+    vendor: str | None
+    model: str | None
+    mgmt_address: str | None
+    gpus: int
+    updated_at: datetime
+    ports: list[DevicePort]
+    endpoints: list[DeviceTarget]
+
+
+class PortItem(BaseModel):
+    id: int
+    device: str
+    name: str
+    speed_gbps: float | None
+    rail: int | None
+    gpu: int | None
+    nic: str | None
+    optic_type: str | None
+    link_id: int | None
+    peer_device: str | None
+    peer_port: str | None
+
+
+class LinkEnd(BaseModel):
+    device: str
+    port: str
+
+
+class LinkItem(BaseModel):
+    id: int
+    a: LinkEnd
+    b: LinkEnd
+    cable_type: str
+    length_m: float | None
+    speed_gbps: float | None
+    rail: int | None
+    pod: str | None
+
+
+class DomReading(BaseModel):
+    value: float | None
+    at: datetime
+    margin: dict[str, float] | None = Field(description="reading minus each low threshold, each high threshold "
+                                            "minus the reading: negative is past it")
+    status: DomStatus
+
+
+class DomLane(BaseModel):
+    """One lane's readings; a quantity without a stored reading is absent."""
+
+    lane: int
+    rx_power_dbm: DomReading | None = None
+    tx_power_dbm: DomReading | None = None
+    tx_bias_amperes: DomReading | None = None
+
+
+class Dom(BaseModel):
+    at: datetime | None = Field(description="the newest reading's time")
+    module: dict[str, DomReading] = Field(description="temperature_celsius, voltage_volts")
+    lanes: list[DomLane]
+
+
+class WorstRxMargin(BaseModel):
+    lane: int
+    quantity: str
+    to: str
+    margin_db: float
+
+
+class OpticItem(BaseModel):
+    id: int
+    device: str
+    port: str
+    vendor: str | None
+    part_number: str | None
+    serial: str | None
+    type: str | None
+    form_factor: str | None
+    lanes: int
+    thresholds: dict[str, dict[str, float]] = Field(description="quantity -> low_alarm, low_warning, ... "
+                                                    "as the inventory gives them")
+    dom: Dom
+    status: DomStatus
+    worst_rx_margin: WorstRxMargin | None
 
 
 # ---------------------------------------------------------------------------- cursors
@@ -86,7 +247,7 @@ LIMIT :limit
 """
 
 
-@router.get("/devices", summary="Devices, by name; filter by role, pod or kind")
+@router.get("/devices", summary="Devices, by name; filter by role, pod or kind", response_model=Page[DeviceItem])
 def list_devices(engine: EngineDep, _: ReadScope, role: DeviceRole | None = None, pod: str | None = None,
                  kind: DeviceKind | None = None, limit: Limit = 100, cursor: Cursor = None) -> dict[str, Any]:
     after = decode_cursor(cursor, "devices")
@@ -121,7 +282,8 @@ WHERE e.device_id = :id ORDER BY e.protocol
 """
 
 
-@router.get("/devices/{name}", summary="One device with its ports (optic, peer, oper status) and targets")
+@router.get("/devices/{name}", summary="One device with its ports (optic, peer, oper status) and targets",
+            response_model=DeviceDetail)
 def get_device(name: str, engine: EngineDep, _: ReadScope) -> dict[str, Any]:
     with engine.connect() as conn:
         dev = conn.execute(text("SELECT id, name, kind, role, pod, rack, vendor, model, mgmt_address, gpus, "
@@ -169,7 +331,8 @@ LIMIT :limit
 """
 
 
-@router.get("/ports", summary="Ports with their optic type and link peer; filter by device, pod or rail")
+@router.get("/ports", summary="Ports with their optic type and link peer; filter by device, pod or rail",
+            response_model=Page[PortItem])
 def list_ports(engine: EngineDep, _: ReadScope, device: str | None = None, pod: str | None = None,
                rail: Annotated[int | None, Query(ge=0)] = None, limit: Limit = 100,
                cursor: Cursor = None) -> dict[str, Any]:
@@ -201,7 +364,7 @@ def _link(r: Any) -> dict[str, Any]:
             "length_m": r["length_m"], "speed_gbps": r["speed_gbps"], "rail": r["rail"], "pod": r["pod"]}
 
 
-@router.get("/links", summary="Links (both ends, cable); filter by device or pod")
+@router.get("/links", summary="Links (both ends, cable); filter by device or pod", response_model=Page[LinkItem])
 def list_links(engine: EngineDep, _: ReadScope, device: str | None = None, pod: str | None = None,
                limit: Limit = 100, cursor: Cursor = None) -> dict[str, Any]:
     after = decode_cursor(cursor, "links")
@@ -299,7 +462,8 @@ def optic_doms(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[str, A
     return out
 
 
-@router.get("/optics", summary="Optics with current DOM per lane, module thresholds and margins")
+@router.get("/optics", summary="Optics with current DOM per lane, module thresholds and margins",
+            response_model=Page[OpticItem], response_model_exclude_unset=True)
 def list_optics(engine: EngineDep, _: ReadScope, device: str | None = None, port: str | None = None,
                 pod: str | None = None, limit: Annotated[int, Query(ge=1, le=500)] = 100,
                 cursor: Cursor = None) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from service.api.deps import EngineDep
 from service.api.params import time_query, time_range
 from service.api.problems import Problem
 from service.kpis import service
+from service.kpis.schemas import KpiRead, RecoveryRead
 from service.kpis.service import Scope
 
 router = APIRouter(prefix="/api/v1/kpis", tags=["kpis"])
@@ -24,7 +25,7 @@ def _points(points: list[service.KpiPoint]) -> list[dict[str, Any]]:
     return [{"group": p.group, "t": p.bucket.isoformat(), **p.values} for p in points]
 
 
-@router.get("", summary="Utilization, PFC/ECN/CNP and availability KPIs per scope and step")
+@router.get("", summary="Utilization, PFC/ECN/CNP and availability KPIs per scope and step", response_model=KpiRead)
 def get_kpis(
     engine: EngineDep, _: ReadScope,
     scope: Scope = Scope.FABRIC,
@@ -47,7 +48,8 @@ def get_kpis(
     }
 
 
-@router.get("/recovery", summary="Time to detect, mitigate and restore, with percentiles per cause and pod")
+@router.get("/recovery", summary="Time to detect, mitigate and restore, with percentiles per cause and pod",
+            response_model=RecoveryRead)
 def get_recovery(
     engine: EngineDep, _: ReadScope,
     start: Annotated[str | None, time_query("from (default: end minus 30 days)")] = None,

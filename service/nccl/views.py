@@ -18,6 +18,7 @@ from service.api.params import optional_time, time_query
 from service.api.problems import Problem
 from service.nccl import service
 from service.nccl.parser import NcclParseError, parse_nccl_tests
+from service.nccl.schemas import NcclBaselineRead, NcclBaselines, NcclImportRead, NcclRunDetail, NcclRuns
 
 router = APIRouter(prefix="/api/v1/nccl", tags=["nccl"])
 
@@ -27,7 +28,9 @@ class BaselineSet(BaseModel):
     reason: str = Field(default="", max_length=2000)
 
 
-@router.post("", summary="Import one nccl-tests text output (the body, text/plain)")
+@router.post("", summary="Import one nccl-tests text output (the body, text/plain)", response_model=NcclImportRead,
+             openapi_extra={"requestBody": {"required": True, "content": {"text/plain": {"schema": {
+                 "type": "string", "description": "the output of one nccl-tests run"}}}}})
 async def post_run(
     request: Request, engine: EngineDep, settings: SettingsDep, principal: OperateScope,
     source: Annotated[str, Query(max_length=512)] = "body",
@@ -65,14 +68,14 @@ async def post_run(
             "warnings": run.warnings}
 
 
-@router.get("/runs", summary="Imported runs, newest first")
+@router.get("/runs", summary="Imported runs, newest first", response_model=NcclRuns)
 def get_runs(engine: EngineDep, _: ReadScope, test: str | None = None, scope: str | None = None,
              host: str | None = None, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict[str, Any]:
     with engine.connect() as conn:
         return {"items": service.list_runs(conn=conn, test=test, scope=scope, host=host, limit=limit)}
 
 
-@router.get("/runs/{run_id}", summary="One run with its per-size results")
+@router.get("/runs/{run_id}", summary="One run with its per-size results", response_model=NcclRunDetail)
 def get_run(run_id: int, engine: EngineDep, _: ReadScope) -> dict[str, Any]:
     with engine.connect() as conn:
         run = service.get_run(conn=conn, run_id=run_id, with_results=True)
@@ -81,7 +84,8 @@ def get_run(run_id: int, engine: EngineDep, _: ReadScope) -> dict[str, Any]:
     return run
 
 
-@router.get("/runs/{run_id}/compare", summary="Per-size busbw against the baseline (or ?baseline_run_id=)")
+@router.get("/runs/{run_id}/compare", summary="Per-size busbw against the baseline (or ?baseline_run_id=)",
+            response_model=service.Comparison)
 def get_compare(run_id: int, engine: EngineDep, _: ReadScope, baseline_run_id: int | None = None,
                 tolerance: Annotated[float, Query(gt=0, lt=1)] = service.DEFAULT_TOLERANCE,
                 min_busbw: Annotated[float, Query(ge=0)] = service.DEFAULT_MIN_BUSBW) -> dict[str, Any]:
@@ -94,13 +98,13 @@ def get_compare(run_id: int, engine: EngineDep, _: ReadScope, baseline_run_id: i
     return cmp.to_dict()
 
 
-@router.get("/baselines", summary="The baseline run of every (test, scope)")
+@router.get("/baselines", summary="The baseline run of every (test, scope)", response_model=NcclBaselines)
 def get_baselines(engine: EngineDep, _: ReadScope) -> dict[str, Any]:
     with engine.connect() as conn:
         return {"items": service.list_baselines(conn=conn)}
 
 
-@router.put("/baselines", summary="Pin a run as the baseline of its (test, scope)")
+@router.put("/baselines", summary="Pin a run as the baseline of its (test, scope)", response_model=NcclBaselineRead)
 def put_baseline(body: BaselineSet, engine: EngineDep, principal: OperateScope) -> dict[str, Any]:
     try:
         with engine.begin() as conn:

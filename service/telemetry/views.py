@@ -19,6 +19,7 @@ from service.observability import INGEST_ERRORS
 from service.telemetry import catalogue
 from service.telemetry.ingest import NothingStored
 from service.telemetry.promtext import PromParseError
+from service.telemetry.schemas import ImportReport, LinkCheckRead, SeriesRead, TargetsRead
 from service.telemetry.service import import_prometheus, query_series
 
 router = APIRouter(prefix="/api/v1", tags=["telemetry"])
@@ -47,7 +48,9 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 
 @router.post("/import/prometheus", summary="Import Prometheus text exposition (VictoriaMetrics-compatible)",
-             dependencies=[Depends(require("ingest"))])
+             dependencies=[Depends(require("ingest"))], response_model=ImportReport,
+             openapi_extra={"requestBody": {"required": True, "content": {"text/plain": {"schema": {
+                 "type": "string", "description": "Prometheus text exposition; Content-Encoding: gzip allowed"}}}}})
 async def import_prom(request: Request, engine: EngineDep, settings: SettingsDep) -> dict[str, Any]:
     body = await _read_body(request, settings.max_body_bytes)
     try:
@@ -67,7 +70,7 @@ async def import_prom(request: Request, engine: EngineDep, settings: SettingsDep
     return report.to_dict()
 
 
-@router.get("/series", summary="Stored series; counters as per-second rates")
+@router.get("/series", summary="Stored series; counters as per-second rates", response_model=SeriesRead)
 def get_series(
     engine: EngineDep,
     _: ReadScope,
@@ -99,7 +102,7 @@ def get_series(
     }
 
 
-@router.get("/targets", summary="Collection targets and their last status")
+@router.get("/targets", summary="Collection targets and their last status", response_model=TargetsRead)
 def get_targets(
     engine: EngineDep, _: ReadScope, device: str | None = None, protocol: EndpointProtocol | None = None
 ) -> dict[str, Any]:
@@ -113,7 +116,7 @@ def get_targets(
     return {"targets": items, "summary": counts}
 
 
-@router.get("/linkcheck", summary="LLDP neighbours compared with the inventory's links")
+@router.get("/linkcheck", summary="LLDP neighbours compared with the inventory's links", response_model=LinkCheckRead)
 def get_linkcheck(engine: EngineDep, _: ReadScope) -> dict[str, Any]:
     from service.telemetry.targets import link_check
 

@@ -1,0 +1,94 @@
+"""Response schemas of the telemetry endpoints: import reports, series, targets and the LLDP link check."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from service.api.params import IsoTime
+
+TargetState = Literal["ok", "degraded", "failing", "never_polled"]
+
+
+class ImportReport(BaseModel):
+    """What one import stored and refused; the refusal maps hold at most 100 names each, most frequent first."""
+
+    received: int
+    written: int
+    duplicates: int = Field(description="samples already stored (a re-import stores nothing new)")
+    rejected: int
+    skipped_nan: int
+    unknown_metrics: dict[str, int] = Field(description="metric name -> samples refused")
+    unknown_devices: dict[str, int]
+    unknown_ports: dict[str, int]
+    invalid: dict[str, int] = Field(description="reason -> samples refused")
+
+
+class Series(BaseModel):
+    labels: dict[str, str | int] = Field(description="device, and port, lane, priority, gpu where set")
+    kind: str = Field(description="gauge or counter (counters are served as per-second rates)")
+    unit: str
+    points: list[tuple[int, float | None]] = Field(description="[Unix ms, value]; null: no value in the bucket")
+
+
+class SeriesRead(BaseModel):
+    metric: str
+    start: IsoTime
+    end: IsoTime
+    step: float | None = Field(description="bucket length in seconds; null: every sample")
+    series: list[Series]
+
+
+class StreamRead(BaseModel):
+    """A gNMI target's stream (collectors/gnmi_stream.py)."""
+
+    mode: Literal["stream", "poll"]
+    state: Literal["streaming", "reconnecting", "stalled", "fallback-polling", "polling"]
+    reason: str | None
+    since: datetime | None
+    worker: str | None = Field(description="the worker holding the stream's lease")
+    last_data_at: datetime | None
+
+
+class TargetRead(BaseModel):
+    target: str = Field(description="device/protocol")
+    device: str
+    protocol: str
+    address: str
+    port: int | None
+    pod: str | None
+    state: TargetState
+    last_attempt: datetime | None
+    last_success: datetime | None
+    last_error: str | None
+    last_error_at: datetime | None
+    warnings: list[str]
+    duration_s: float | None
+    samples: int | None
+    consecutive_failures: int
+    reason: str | None = Field(default=None, description="why the target is degraded or failing")
+    stream: StreamRead | None = Field(default=None, description="gNMI targets: the Subscribe stream")
+
+
+class TargetsRead(BaseModel):
+    targets: list[TargetRead]
+    summary: dict[TargetState, int] = Field(description="targets per state")
+
+
+class LinkCheckItem(BaseModel):
+    device: str
+    port: str
+    lldp_device: str
+    lldp_port: str
+    seen_at: datetime
+    expected_device: str | None = Field(description="the inventory's peer; null: the port has no link")
+    expected_port: str | None
+
+
+class LinkCheckRead(BaseModel):
+    miscabled: list[LinkCheckItem]
+    unknown_neighbors: list[LinkCheckItem] = Field(description="LLDP names a device not in the inventory")
+    unexpected: list[LinkCheckItem] = Field(description="a known neighbour on a port with no inventory link")
+    ok: list[LinkCheckItem]
