@@ -7,13 +7,15 @@ steps are like 60s, 5m, 1h.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 
@@ -21,6 +23,8 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
     from sqlalchemy import Engine
 
+    from service.alerts.service import AlertChange
+    from service.detection.findings import Finding
     from service.pipeline import CycleOutcome
 
 app = typer.Typer(help="Detection: one live cycle, or a replay of stored history.", no_args_is_help=True)
@@ -68,15 +72,38 @@ def _print(findings: list, as_json: bool) -> None:
         sys.stdout.write(f"{f.at_ms}\t{f.state}\t{f.severity}\t{f.fingerprint}\t{f.cause}\t{f.action}\t{f.summary}\n")
 
 
-def _print_changes(outcomes: list, as_json: bool) -> None:
-    """The alert changes of each cycle: what on-call would have seen."""
-    for o in outcomes:
-        for c in o.changes.changes:
-            row = {"at_ms": o.at_ms, "alert_id": c.alert_id, "event": c.event, "state": c.to_state}
-            if as_json:
-                sys.stdout.write(json.dumps(row) + "\n")
-            else:
-                sys.stdout.write(f"{o.at_ms}\talert {c.alert_id}\t{c.event}\t{c.to_state}\n")
+def change_row(at_ms: int, c: AlertChange, finding: Finding | None) -> dict[str, Any]:
+    """One alert change as a JSON object: the change, and what the alert says (from the finding that made it,
+    or for a resolve the last one seen): entity, cause, severity, action, summary and evidence (onset_ms)."""
+    from service.detection.service import iso_time
+
+    row: dict[str, Any] = {"type": "change", "at_ms": at_ms, "at": iso_time(at_ms), "event": c.event,
+                           "alert_id": c.alert_id, "fingerprint": c.fingerprint, "from_state": c.from_state,
+                           "state": c.to_state, "notified": c.notified, "muted_by": c.muted_by}
+    d = finding.to_dict() if finding is not None else {}
+    for k in ("kind", "device", "port", "lane", "peer_device", "peer_port", "cause", "severity", "action", "score",
+              "summary", "evidence", "members"):
+        row[k] = d.get(k)
+    return row
+
+
+def _write_changes(outcome: CycleOutcome, last: dict[str, Finding], as_json: bool, out: TextIO) -> None:
+    """The alert changes of one cycle (what on-call would have seen); `last` is the newest finding per
+    fingerprint, updated here, so a resolve still names its cause."""
+    last.update((f.fingerprint, f) for f in outcome.findings)
+    for c in outcome.changes.changes:
+        row = change_row(outcome.at_ms, c, last.get(c.fingerprint))
+        if as_json:
+            out.write(json.dumps(row, default=_json_default) + "\n")
+        else:
+            out.write(f"{outcome.at_ms}\talert {c.alert_id}\t{c.event}\t{c.to_state}\t{c.fingerprint}\t"
+                      f"{row['cause']}\t{row['severity']}\n")
+
+
+def _json_default(o: object) -> object:
+    from service.detection.service import _json_default as numpy_default
+
+    return numpy_default(o)
 
 
 @app.command("detect")
@@ -98,7 +125,7 @@ def detect_command(
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     _print(outcome.findings, as_json)
-    _print_changes([outcome], as_json)
+    _write_changes(outcome, {}, as_json, sys.stdout)
     changes = outcome.changes
     console.print(f"cycle at {iso_time(at_ms)}: {len(outcome.findings)} findings; alerts: {len(changes.opened)} "
                   f"opened, {len(changes.reopened)} reopened, {len(changes.resolved)} resolved")
@@ -111,14 +138,19 @@ def backtest_command(
     from_: Annotated[str, typer.Option("--from", help="First cycle time: ISO-8601 or Unix ms.")],
     to: Annotated[str, typer.Option("--to", help="Last cycle time (inclusive).")],
     step: Annotated[str, typer.Option("--step", help="Cycle step, e.g. 60s, 5m.")] = "60s",
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line: each alert change, then a "
+                                                         "summary object.")] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Also write the JSON lines (changes and summary) to "
+                                                          "this file, written whole when the replay ends.",
+                                             dir_okay=False)] = None,
     findings: Annotated[bool, typer.Option(help="Print every cycle's findings too.")] = False,
 ) -> None:
     """Replay stored history from a fresh state: the alert changes live detection would have made.
 
-    Nothing is written and nobody is notified (the alert tables are shadowed for the replay). The
-    changes go to standard output; a progress bar and a closing summary (cycles, findings, alerts
-    opened and resolved, by cause) to standard error.
+    Nothing is written to the database and nobody is notified (the alert tables are shadowed for the
+    replay). Each alert change (opened, reopened, severity_changed, resolved, ...) goes to standard output
+    with its data time, entity, cause, severity, action and evidence; with --json one JSON object per line
+    and a closing {"type": "summary"} object. A progress bar and the summary table go to standard error.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -129,6 +161,8 @@ def backtest_command(
     if b < a:
         raise typer.BadParameter("--to is before --from")
     step_ms = parse_step_ms(step)
+    if out is not None and not out.parent.is_dir():
+        raise typer.BadParameter(f"{str(out)!r}: directory {str(out.parent)!r} does not exist", param_hint="--out")
     tally = _Tally()
     with database_errors(), Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(),
                                      TimeRemainingColumn(), console=console, transient=True) as progress:
@@ -141,7 +175,21 @@ def backtest_command(
         outcomes = replay_alerts(_engine(), a, b, step_ms, on_cycle=on_cycle)
     if findings:
         _print([f for o in outcomes for f in o.findings], as_json)
-    _print_changes(outcomes, as_json)
+    lines = io.StringIO()
+    last: dict[str, Finding] = {}
+    for o in outcomes:
+        _write_changes(o, last, True, lines)
+    lines.write(json.dumps(tally.as_dict(a, b, step_ms)) + "\n")
+    if as_json:
+        sys.stdout.write(lines.getvalue())
+    else:
+        last.clear()
+        for o in outcomes:
+            _write_changes(o, last, False, sys.stdout)
+    if out is not None:  # whole or not at all: a temporary file beside it, renamed
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(lines.getvalue())
+        tmp.replace(out)
     console.print(tally.summary(a, b, step))
 
 
@@ -164,6 +212,16 @@ class _Tally:
         for c in outcome.changes.changes:
             self.events[c.event] += 1
             self.by_cause.setdefault(self.cause_of.get(c.fingerprint, "?"), Counter())[c.event] += 1
+
+    def as_dict(self, from_ms: int, to_ms: int, step_ms: int) -> dict[str, Any]:
+        """The closing JSON object of `backtest --json`."""
+        from service.detection.service import iso_time
+
+        events = ("opened", "reopened", "severity_changed", "resolved")
+        alerts = {e: self.events[e] for e in events} | {e: n for e, n in self.events.items() if e not in events}
+        by_cause = {cause: {k: n[k] for k in ("findings", *events)} for cause, n in sorted(self.by_cause.items())}
+        return {"type": "summary", "from": iso_time(from_ms), "to": iso_time(to_ms), "step_ms": step_ms,
+                "cycles": self.cycles, "findings": self.findings, "alerts": alerts, "by_cause": by_cause}
 
     def summary(self, from_ms: int, to_ms: int, step: str) -> RenderableType:
         from rich.console import Group
