@@ -84,6 +84,71 @@ ONSET_JITTER_S = {"hard-faults": 900, "confounders": 900, "gradual-optics": 6 * 
 RULES_ONLY = {"trend_min_points": 10**6, "if_min_history_ms": 10**15}  # no trend ever has enough points; no forest
 
 
+# --- the cadence matrix (#23 item 5) ------------------------------------------------------------------------
+
+OPTIC_METRICS = {"optic_rx_power_dbm", "optic_tx_power_dbm", "optic_tx_bias_amperes", "optic_temperature_celsius",
+                 "optic_voltage_volts"}  # polled on the optics cadence; every other metric on the counters one
+GRID = {"counters": (10, 60, 300), "optics": (60, 300, 900), "step": ("60", "counters", "optics"),
+        "route": ("import",)}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of the matrix: poll intervals per group (s), the cycle step, the data route."""
+
+    counters: int
+    optics: int
+    step: str = "60"      # "60" (seconds), "counters" or "optics": the cycle step
+    route: str = "import"  # "import": bulk-imported history, then a replay ("live": not implemented yet)
+
+    @property
+    def base_s(self) -> int:
+        """The simulator's step: every poll of either group falls on it."""
+        return math.gcd(self.counters, self.optics)
+
+    @property
+    def cycle_s(self) -> int:
+        return {"counters": self.counters, "optics": self.optics}.get(self.step) or int(self.step)
+
+    def label(self) -> str:
+        return f"counters={self.counters},optics={self.optics},step={self.step},route={self.route}"
+
+
+def parse_cell(v: str) -> Cell:
+    """`counters=300,optics=900,step=60,route=import` (step: seconds, `counters` or `optics`)."""
+    kv: dict[str, str] = {}
+    for part in v.split(","):
+        k, sep, val = part.partition("=")
+        if not sep or k.strip() not in ("counters", "optics", "step", "route"):
+            raise argparse.ArgumentTypeError(f"{part!r} in --cell: expected counters=, optics=, step=, route=")
+        kv[k.strip()] = val.strip()
+    try:
+        cell = Cell(int(kv["counters"]), int(kv["optics"]), kv.get("step", "60"), kv.get("route", "import"))
+    except (KeyError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"--cell {v!r}: counters and optics are whole seconds ({exc})") from None
+    if cell.route != "import":
+        raise argparse.ArgumentTypeError(f"--cell {v!r}: route {cell.route!r} is not implemented (only import)")
+    if cell.step not in ("counters", "optics") and not cell.step.isdigit():
+        raise argparse.ArgumentTypeError(f"--cell {v!r}: step is seconds, 'counters' or 'optics'")
+    return cell
+
+
+def grid_cells() -> list[Cell]:
+    return [Cell(c, o, st, r) for c in GRID["counters"] for o in GRID["optics"] for st in GRID["step"]
+            for r in GRID["route"]]
+
+
+def due(frame: Any, t: float, start: float, cell: Cell) -> Any:
+    """The frame as the cell's pollers would have read it at t: each group's metrics only on its cadence."""
+    k = round(t - start)
+    keep_opt, keep_cnt = k % cell.optics == 0, k % cell.counters == 0
+    for name in list(frame.values):
+        if not (keep_opt if name in OPTIC_METRICS else keep_cnt):
+            del frame.values[name]
+            frame.keep.pop(name, None)
+    return frame
+
+
 # --- scratch databases ---------------------------------------------------------------------------------------
 
 def _db_url(server: str, name: str) -> str:
@@ -186,6 +251,7 @@ class Job:
     configs: dict[str, dict[str, Any]]
     server: str
     quick: bool = False
+    cell: Cell | None = None   # None: the suite's own step for every metric and cycle (developers' default)
 
 
 @dataclass
@@ -267,6 +333,7 @@ def run_job(job: Job) -> RunResult:
 
     sc = seeded_scenario(job.suite, job.seed, job.quick)
     step = parse_duration(sc.step)
+    sim_step, cycle_step = (step, step) if job.cell is None else (job.cell.base_s, job.cell.cycle_s)
     start = T0
     end = parse_time(sc.end, T0)
     inv = resolve_inventory(sc.inventory_source())
@@ -287,8 +354,9 @@ def run_job(job: Job) -> RunResult:
         # so one huge batch leaves samples(ts) unordered on disk and the BRIN index that detection's time-range
         # read relies on becomes useless (every cycle then scans the whole day partition)
         chunk_steps = 10
-        for k, t in enumerate(timeline(start, end, step), 1):
-            n_samples += write_frame(sim, texts, sim.step(t, step), buf)
+        for k, t in enumerate(timeline(start, end, sim_step), 1):
+            frame = sim.step(t, sim_step)
+            n_samples += write_frame(sim, texts, frame if job.cell is None else due(frame, t, start, job.cell), buf)
             if k % chunk_steps == 0:
                 import_prometheus(engine=engine, chunks=[buf.getvalue().encode()], source=f"{job.suite}-{job.seed}")
                 buf = io.StringIO()
@@ -302,10 +370,12 @@ def run_job(job: Job) -> RunResult:
             ev["low_alarm_unix"] = low_alarm_crossing(sim.m, f)
         links = [(sim.m.port_dev_name[i], sim.m.port_name[i], sim.m.port_dev_name[int(sim.m.peer[i])],
                   sim.m.port_name[int(sim.m.peer[i])]) for i in range(0, sim.m.P, 2)]
-        res = RunResult(job.suite, job.seed, step, start, end, events, links, timing=timing, samples=n_samples)
+        # "polls" in the scores count counter polls (hard faults) in a cell
+        res = RunResult(job.suite, job.seed, step if job.cell is None else job.cell.counters, start, end, events,
+                        links, timing=timing, samples=n_samples)
         after = int(CYCLE_AFTER_POLL_S * 1000)
         # a cycle right after each poll (CYCLE_AFTER_POLL_S), from the first poll to the last
-        first = int((start + step) * 1000) + after
+        first = int((start + cycle_step) * 1000) + after
         last = int(end * 1000) + after
         for label, overrides in job.configs.items():
             if label == "rules-only" and end - start <= cfg_day_limit(Config(**job.configs["detector"])):
@@ -322,7 +392,7 @@ def run_job(job: Job) -> RunResult:
                     with conn.begin():
                         apply_cycle(conn, findings, at_ms, drains=False)
 
-                backtest(engine, first, last, int(step * 1000), config=cfg, on_cycle=cycle)
+                backtest(engine, first, last, int(cycle_step * 1000), config=cfg, on_cycle=cycle)
                 res.alerts[label] = _alerts(conn)
             timing[f"detect_{label}_s"] = time.perf_counter() - clock
         with engine.connect() as conn:
@@ -473,6 +543,7 @@ def score_run(res: RunResult, alerts: list[dict[str, Any]]) -> Score:
                 row["delay_polls"] = int(round((read_poll - first_poll) / res.step_s)) + 1
                 row["pred"] = _class_of(first)
                 row["severity"] = first["severity"]
+                row["reopens"] = sum(1 for a in e["hits"] if a["event"] == "reopened")
                 sc.fragments += len(e["hits"]) - 1
                 fail = [x for x in (ev.get("hard_failure_unix"), ev.get("low_alarm_unix")) if x]
                 if ev["scenario"] == "S2" and fail:
@@ -710,13 +781,46 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
 
 
 def run_all(seeds: list[int], configs: dict[str, dict[str, Any]], server: str, quick: bool, workers: int,
-            suites: tuple[str, ...] = SUITES) -> list[RunResult]:
-    jobs = [Job(s, seed, configs, server, quick) for seed in seeds for s in suites]
+            suites: tuple[str, ...] = SUITES, cell: Cell | None = None) -> list[RunResult]:
+    jobs = [Job(s, seed, configs, server, quick, cell) for seed in seeds for s in suites]
     jobs.sort(key=lambda j: j.suite != "gradual-optics")  # longest first
     if workers <= 1:
         return [run_job(j) for j in jobs]
     with mp.get_context("spawn").Pool(workers) as pool:
         return pool.map(run_job, jobs, chunksize=1)
+
+
+def cell_rows(cell: Cell | None, results: list[RunResult], seeds: list[int]) -> list[str]:
+    """One markdown row per suite for a cell: F1, delay, lead, cause accuracy, confounder physical alerts,
+    reopens per detected event, and the events missed or mis-attributed (the defects)."""
+    out = []
+    for suite in sorted({r.suite for r in results}):
+        scores = {(r.suite, r.seed): score_run(r, r.alerts["detector"]) for r in results if r.suite == suite}
+        s = summarize("detector", scores, seeds)
+        rows = [x for sc in scores.values() for x in sc.events if x["expected"]]
+        grp = "gradual" if suite == "gradual-optics" else "hard" if suite == "hard-faults" else "all"
+        det = [x for x in rows if x.get("detected")]
+        delays = [x["delay_s"] for x in det]
+        leads = [x["lead_h"] for x in rows if "lead_h" in x]
+        s2 = [x for x in rows if x["scenario"].startswith("S2")]
+        bad = [f"{x['run']} {x['id']} ({x['scenario']}): {x['pred']}" for x in rows
+               if not x.get("detected") or x["pred"] != x["truth"]]
+        f1 = s["groups"][grp]["f1"] if rows else float("nan")
+        delay = float(np.median(delays)) if delays else float("nan")
+        out.append(
+            f"| {cell.label() if cell else 'default (suite step for polls and cycles)'} | {suite} | {len(rows)} | "
+            f"{sum(1 for x in rows if x.get('detected'))} | {_f(f1)} | {_dur(delay)} | "
+            f"{(_f(float(np.median(leads)), 0) + ' h') if leads else '-'} | "
+            f"{(str(sum(1 for x in leads if x >= 24)) + '/' + str(len(s2))) if s2 else '-'} | {_f(s['cause_acc'])} | "
+            f"{s['fa']['conf_physical']} | {s['fa']['clean_page'] + s['fa']['clean_ticket']} | "
+            f"{_f(sum(x.get('reopens', 0) for x in det) / len(det) if det else float('nan'))} | "
+            f"{'; '.join(bad) or 'none'} |")
+    return out
+
+
+CELL_HEAD = ("| cell | suite | events | TP | F1 | delay median | lead median | lead >= 24 h | cause accuracy | "
+             "confounder physical alerts | false alarms | reopens per detected event | missed or wrong cause |\n"
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def machine() -> str:
@@ -736,6 +840,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--suites", nargs="+", choices=SUITES, default=list(SUITES),
                     help="run only these suites (iterating on one scenario group; goals need all three)")
     ap.add_argument("--no-rules-only", action="store_true", help="skip the rules-only baseline run")
+    ap.add_argument("--cell", type=parse_cell, action="append", default=[],
+                    help="run one cadence cell (repeatable), e.g. counters=300,optics=900,step=60,route=import; "
+                         "step is seconds, 'counters' or 'optics'")
+    ap.add_argument("--grid", action="store_true", help="run every cell of the cadence matrix (hours on 2 cores)")
     ap.add_argument("--json", type=Path, help="write the raw per-event rows here")
     ap.add_argument("--pickle", type=Path, help="keep the raw runs (alerts, truth) for re-scoring")
     ap.add_argument("--rescore", type=Path, help="re-score runs kept with --pickle (same path) instead of running")
@@ -750,6 +858,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"scoring seeds {a.seeds}; tuning seeds {a.tune_seeds}; Config overrides {tuned or 'none (defaults)'}; "
           f"suites {', '.join(a.suites)}; quick={a.quick}")
     clock = time.perf_counter()
+    cells = grid_cells() if a.grid else a.cell
+    if cells:  # the cadence matrix: the detector only (no baselines), one row per cell and suite
+        print(CELL_HEAD)
+        for cell in cells:
+            results = run_all(a.seeds, {"detector": tuned}, a.server, a.quick, a.workers, tuple(a.suites), cell)
+            for row in cell_rows(cell, results, a.seeds):
+                print(row, flush=True)
+        print(f"\ntotal wall time {time.perf_counter() - clock:.0f} s")
+        return 0
     for title, seeds in (("tuning", a.tune_seeds), ("scoring", a.seeds)):
         if not seeds:
             continue
