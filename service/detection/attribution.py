@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from service.detection.features import Features
+from service.detection.features import Features, seg_reduce
 from service.detection.findings import Action, Cause, Evidence, Finding, Severity
 from service.detection.rules import Conditions
 from service.detection.state import DEGRADED, EPOCH_MS, HIST, Fabric, FeatureState
@@ -285,14 +285,21 @@ class Builder:
                      self.cond.score["optical_degradation"][p], summary, ttt=ttt, evidence=ev)
 
 
-def link_dedupe(mask: np.ndarray, score: np.ndarray, peer: np.ndarray) -> np.ndarray:
-    """Keep one end per link for link-symmetric conditions: the higher score, ties to the lower index."""
+def link_dedupe(mask: np.ndarray, score: np.ndarray, peer: np.ndarray, onset: np.ndarray | None = None
+                ) -> np.ndarray:
+    """Keep one end per link for link-symmetric conditions: the end where the condition held first (so the
+    finding does not hop between ends as their scores cross), then the higher score, ties to the lower index."""
     keep = mask.copy()
     idx = np.flatnonzero(mask)
     q = peer[idx]
     both = (q >= 0) & mask[np.maximum(q, 0)]
     s, sq = score[idx], score[np.maximum(q, 0)]
-    lose = both & ((sq > s) | ((sq == s) & (q < idx)))
+    if onset is None:
+        onset = np.zeros(len(mask), np.int64)
+    o = np.where(onset[idx] > 0, onset[idx], np.iinfo(np.int64).max)
+    oq = onset[np.maximum(q, 0)]
+    oq = np.where(oq > 0, oq, np.iinfo(np.int64).max)
+    lose = both & ((oq < o) | ((oq == o) & ((sq > s) | ((sq == s) & (q < idx)))))
     keep[idx[lose]] = False
     return keep
 
@@ -440,6 +447,13 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
         for k in active:
             if k != "link_down":
                 active[k] = active[k] & ~down
+    # a BER rise seen before the optics have been read since it began waits for that reading (at most one optics
+    # poll: a DOM poll every 15 min trails counters every 10 s), so a dirty connector is called by its rx drop
+    if "ber_degradation" in active:
+        rx_ts = seg_reduce(np.maximum, st.gauges["optic_rx_power_dbm"].h_ts.astype(float), fab.lane_off, 0.0)
+        waiting = (rx_ts > 0) & (rx_ts < st.onset["ber_degradation"]) & (at_ms - rx_ts <= st.cfg.stale_ms)
+        # and a BER rise with the rx already down (the optical condition awaiting its persistence) is optical
+        active["ber_degradation"] = active["ber_degradation"] & ~waiting & ~st.last_raw["optical_degradation"]
     # one cause, one alert: hide kinds explained by another active kind on the same port
     for k, hides in EXPLAINS.items():
         if k in active:
@@ -454,7 +468,7 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
             active[k] = active[k] & ~shared_links
     for k in ("flap_storm", "loose_module", "link_down"):
         if k in active:
-            active[k] = link_dedupe(active[k], cond.score[k], fab.peer)
+            active[k] = link_dedupe(active[k], cond.score[k], fab.peer, st.onset[k])
     for d in np.flatnonzero(dev_fire | dev_hold).tolist():
         ports = np.flatnonzero((fab.dev == d) & members)
         names = [fab.port_names[p] for p in ports.tolist()]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from service.detection import attribution, rules, trends
-from service.detection.features import IF_FEATURES, Features, compute, if_matrix
+from service.detection.features import Features, compute, if_matrix
 from service.detection.findings import Finding
 from service.detection.forest import ModelStore
 from service.detection.state import FeatureState
@@ -178,6 +178,7 @@ class Engine:
             (st.last_train_ms is not None and at_ms - st.last_train_ms >= cfg.if_retrain_ms) or \
             (st.last_train_ms is not None and bool(self.models.unusable))  # a stored model could not be loaded
         if due and len(st.reservoir_c):
+            self._reservoir_trim(st)
             counts = np.bincount(st.reservoir_c, minlength=len(fab.cohort_names))
             if counts.max(initial=0) >= cfg.if_min_rows:
                 self.models.retrain(st.reservoir_x, st.reservoir_c, fab.cohort_names, at_ms, cfg)
@@ -185,16 +186,21 @@ class Engine:
 
     @staticmethod
     def _reservoir_add(st: FeatureState, rows: np.ndarray, cohorts: np.ndarray) -> None:
-        cap = st.cfg.if_reservoir
-        if st.reservoir_x.shape[1:] != (len(IF_FEATURES),):
-            st.reservoir_x = np.zeros((0, len(IF_FEATURES)))
-            st.reservoir_c = np.zeros(0, np.int64)
-        x = np.concatenate([st.reservoir_x, rows])
-        c = np.concatenate([st.reservoir_c, cohorts.astype(np.int64)])
-        # keep the newest `cap` rows of each cohort
+        st.reservoir_new.append((rows, cohorts.astype(np.int64)))
+        # trimmed in batches (it may hold up to twice the cap between trims) and always before training
+        st.reservoir_pending += len(rows)
+        if st.reservoir_pending > st.cfg.if_reservoir * max(1, len(st.fabric.cohort_names)):
+            Engine._reservoir_trim(st)
+
+    @staticmethod
+    def _reservoir_trim(st: FeatureState) -> None:
+        """Keep the newest `if_reservoir` rows of each cohort."""
+        st.reservoir_flush()
+        st.reservoir_pending = 0
+        cap, c = st.cfg.if_reservoir, st.reservoir_c
         order = np.lexsort((-np.arange(len(c)), c))
         sc = c[order]
         start = np.r_[True, sc[1:] != sc[:-1]]
         first = np.maximum.accumulate(np.where(start, np.arange(len(sc)), 0))
         keep = np.sort(order[(np.arange(len(sc)) - first) < cap])
-        st.reservoir_x, st.reservoir_c = x[keep], c[keep]
+        st.reservoir_x, st.reservoir_c = st.reservoir_x[keep], c[keep]

@@ -228,21 +228,26 @@ class CounterTrack:
     def put(self, idx: np.ndarray, ts: np.ndarray, val: np.ndarray, max_gap_ms: int
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Apply readings; returns the known steps (entity, end time, increase, length) for event consumers."""
-        val = np.where(np.isfinite(val), val, np.nan)
+        fin = np.isfinite(val)
         newer = ts > self.last_ts[idx]  # a duplicate or a late, overtaken reading changes nothing
-        idx, ts, val = idx[newer], ts[newer], val[newer]
-        prev, prev_ts = self.last[idx], self.last_ts[idx]
-        dt = ts - prev_ts
+        if not newer.all():
+            idx, ts, val, fin = idx[newer], ts[newer], val[newer], fin[newer]
+        if not fin.all():
+            val = np.where(fin, val, np.nan)
+        prev, dt = self.last[idx], ts - self.last_ts[idx]
         inc = increases(prev, val, self.bits[idx], self.sat[idx])
-        known = np.isfinite(inc) & (dt > 0) & (dt <= max_gap_ms)
-        had_prev = np.isfinite(prev)
-        self.unknown[idx] += (had_prev & ~known).astype(np.int32)
-        k_idx, k_inc, k_dt, k_ts = idx[known], inc[known], dt[known], ts[known]
+        known = np.isfinite(inc) & (dt <= max_gap_ms)  # dt > 0: only newer readings are here
+        all_known = bool(known.all())
+        if not all_known:
+            lost = idx[~known & np.isfinite(prev)]
+            self.unknown[lost] += 1
+            if self.sub_ms:  # an unknown step breaks the running sub-window
+                self.s_acc[lost], self.s_ms[lost] = 0.0, 0
+        k_idx, k_inc, k_dt, k_ts = (idx, inc, dt, ts) if all_known else (idx[known], inc[known], dt[known],
+                                                                          ts[known])
         self.acc[k_idx] += k_inc
         self.acc_ms[k_idx] += k_dt
         if self.sub_ms:
-            lost = idx[had_prev & ~known]  # an unknown step breaks the running sub-window
-            self.s_acc[lost], self.s_ms[lost] = 0.0, 0
             self.s_acc[k_idx] += k_inc
             self.s_ms[k_idx] += k_dt
             done = k_idx[self.s_ms[k_idx] >= self.sub_ms]
@@ -251,8 +256,10 @@ class CounterTrack:
                 self.pk[done] = np.maximum(self.pk[done], rate)
                 self.lo[done] = np.minimum(self.lo[done], rate)
                 self.s_acc[done], self.s_ms[done] = 0.0, 0
-        fin = np.isfinite(val)  # a NaN reading keeps the previous one as the reference
-        self.last[idx[fin]], self.last_ts[idx[fin]] = val[fin], ts[fin]
+        if fin.all():  # a NaN reading keeps the previous one as the reference
+            self.last[idx], self.last_ts[idx] = val, ts
+        else:
+            self.last[idx[fin]], self.last_ts[idx[fin]] = val[fin], ts[fin]
         return k_idx, k_ts, k_inc, k_dt
 
     def settle(self, at_ms: int, stale_ms: int) -> np.ndarray:
@@ -349,14 +356,18 @@ class EventRing:
 def increases(prev: np.ndarray, cur: np.ndarray, bits: np.ndarray, sat: np.ndarray) -> np.ndarray:
     """counters.increase over arrays (NaN for None): vectorised common case, exact fallback."""
     with np.errstate(invalid="ignore"):
-        mx = np.where(bits > 0, np.exp2(bits.astype(np.float64)) - 1, np.inf)
-        fast = (cur >= prev) & ~(sat & (bits > 0) & (cur >= mx))
-        out = np.where(fast, cur - prev, np.nan)
-        slow = np.flatnonzero(~fast & np.isfinite(prev) & np.isfinite(cur))
-    for j in slow.tolist():
-        b = int(bits[j]) or None
-        v = increase(float(prev[j]), float(cur[j]), bits=b, saturating=bool(sat[j]))
-        out[j] = np.nan if v is None else v
+        d = cur - prev
+        fast = d >= 0  # NaN on either side: neither fast nor slow
+        if sat.any():
+            mx = np.where(bits > 0, np.exp2(bits.astype(np.float64)) - 1, np.inf)
+            fast &= ~(sat & (bits > 0) & (cur >= mx))
+        out = np.where(fast, d, np.nan)
+        slow = ~fast & np.isfinite(prev) & np.isfinite(cur)
+    if slow.any():
+        for j in np.flatnonzero(slow).tolist():
+            b = int(bits[j]) or None
+            v = increase(float(prev[j]), float(cur[j]), bits=b, saturating=bool(sat[j]))
+            out[j] = np.nan if v is None else v
     return out
 
 
@@ -554,7 +565,8 @@ class FeatureState:
             else:
                 self.gauges[m] = GaugeTrack(n, m in GAUGE_MINMAX)
         self.fresh_m: dict[str, np.ndarray] = {m: np.zeros(0, bool) for m in AXIS}  # set by settle()
-        self.rx_jitter = np.full(L, np.nan)           # EW mean |successive rx difference|
+        self.rx_jitter = np.full(L, np.nan)           # mean |successive rx difference| (wobble)
+        self.rx_jitter_n = np.zeros(L, np.int32)      # differences in it so far
         self.base = {"rx": RobustBaseline(L, 0.1), "tx": RobustBaseline(L, 0.05),
                      "bias": RobustBaseline(L, 1e-4), "logber": RobustBaseline(P, 0.1),
                      "temp": RobustBaseline(P, 0.5)}
@@ -589,6 +601,8 @@ class FeatureState:
         self.dev_onset = np.zeros(D, np.int64)
         self.reservoir_x = np.zeros((0, 0))
         self.reservoir_c = np.zeros(0, np.int64)
+        self.reservoir_new: list[tuple[np.ndarray, np.ndarray]] = []  # rows added since the last flush
+        self.reservoir_pending = 0
         self.watermark_ms: int | None = None
         self.last_cycle_ms: int | None = None
         self.next_bucket_ms: int | None = None
@@ -610,8 +624,9 @@ class FeatureState:
             idx = np.asarray(idx, np.int64)
             ts = np.asarray(ts, np.int64)
             val = np.asarray(val, np.float64)
-            good = idx >= 0
-            idx, ts, val = idx[good], ts[good], val[good]
+            if len(idx) and idx.min() < 0:
+                good = idx >= 0
+                idx, ts, val = idx[good], ts[good], val[good]
             if not len(idx):
                 continue
             if len(idx) > 1 and not (idx[1:] > idx[:-1]).all():  # fast path: one sample per entity, in order
@@ -650,14 +665,19 @@ class FeatureState:
         idx, ts, val = idx[new], ts[new], val[new]
         if metric in ("port_oper_up", "port_admin_up"):
             self._track_down(metric, idx, ts, val)
-        if metric == "optic_rx_power_dbm":  # wobble: EW mean of |successive differences| (fiber, F22)
+        if metric == "optic_rx_power_dbm":  # wobble: mean |successive difference| (fiber, F22)
             ok = np.isfinite(val)
             i2, v2 = idx[ok], val[ok]
-            d = np.minimum(np.abs(v2 - gt.last[i2]), 1.0)  # a step is not a wobble: clip its one big jump
-            j = self.rx_jitter[i2]
-            fresh = ~np.isfinite(j) & np.isfinite(d)
-            j = np.where(fresh, d, np.where(np.isfinite(d), j + 0.05 * (d - j), j))
-            self.rx_jitter[i2] = j
+            d = np.abs(v2 - gt.last[i2])
+            # a step (>= rx_drop_db) is not a wobble: skip it. A running mean over the first 20 readings, then
+            # exponentially weighted (1/20): a lane read every 15 min settles as fast, in readings, as one read
+            # every 10 s
+            use = np.isfinite(d) & (d < self.cfg.rx_drop_db)
+            i2, d = i2[use], d[use]
+            n = self.rx_jitter_n[i2] + 1
+            j = np.nan_to_num(self.rx_jitter[i2], nan=0.0)
+            self.rx_jitter[i2] = j + np.maximum(1.0 / n, 0.05) * (d - j)
+            self.rx_jitter_n[i2] = np.minimum(n, 1 << 20)
         gt.put(idx, ts, val)
 
     def _events(self, metric: str, idx: np.ndarray, ts: np.ndarray, inc: np.ndarray, dt: np.ndarray) -> None:
@@ -722,6 +742,18 @@ class FeatureState:
         for t in (*self.gauges.values(), *self.counters.values()):
             t.roll()
 
+    def reservoir_flush(self) -> None:
+        """Append the rows added since the last flush (kept as a list: one copy per trim, not per cycle)."""
+        if not self.reservoir_new:
+            return
+        xs = [x for x, _ in self.reservoir_new]
+        if self.reservoir_x.shape[1:] != xs[0].shape[1:]:
+            self.reservoir_x = np.zeros((0, *xs[0].shape[1:]))
+            self.reservoir_c = np.zeros(0, np.int64)
+        self.reservoir_x = np.concatenate([self.reservoir_x, *xs])
+        self.reservoir_c = np.concatenate([self.reservoir_c, *(c for _, c in self.reservoir_new)])
+        self.reservoir_new = []
+
     # -- coverage ----------------------------------------------------------------------------
     def blocked_rules(self, p: int) -> dict[str, str]:
         """Rules that cannot run on port p, and why (empty: all run)."""
@@ -738,7 +770,8 @@ class FeatureState:
 
     # -- persistence -------------------------------------------------------------------------
     def _arrays(self) -> dict[str, np.ndarray]:
-        a: dict[str, np.ndarray] = {"rx_jitter": self.rx_jitter, "flagged": self.flagged,
+        a: dict[str, np.ndarray] = {"rx_jitter": self.rx_jitter, "rx_jitter_n": self.rx_jitter_n,
+                                    "flagged": self.flagged,
                                     "down_since": self.down_since, "down_from_up": self.down_from_up,
                                     "flap_t": self.flaps.t}
         for m, t in self.gauges.items():
@@ -766,6 +799,7 @@ class FeatureState:
         return a
 
     def to_bytes(self) -> bytes:
+        self.reservoir_flush()
         arrays = self._arrays()
         arrays.update({"port_ids": self.fabric.port_ids, "lane_off": self.fabric.lane_off,
                        "reservoir_x": self.reservoir_x, "reservoir_c": self.reservoir_c,

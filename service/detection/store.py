@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from datetime import UTC, datetime
+from typing import Any
 
+import numpy as np
 from sqlalchemy import Connection, text
 
 from service.detection.features import IF_FEATURES
 from service.detection.forest import CohortModel, ModelFormatError, ModelStore
-from service.detection.state import Config, Fabric, FeatureState
+from service.detection.state import KINDS, Config, Fabric, FeatureState, coverage_map
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +25,21 @@ def _dt(ms: int) -> datetime:
 def load_state(conn: Connection, name: str, fabric: Fabric, config: Config | None = None) -> FeatureState | None:
     row = conn.execute(text("SELECT blob FROM detector_state WHERE name = :n"), {"n": name}).first()
     return FeatureState.from_bytes(bytes(row[0]), fabric, config) if row else None
+
+
+def load_coverage(conn: Connection, name: str = "default") -> dict[int, dict[str, Any]]:
+    """Per port id with any gap, what the saved detector state says of its rules' inputs:
+    {"blocked_rules": {rule: why it cannot run}, "degraded_rules": {rule: [what it runs without]}}.
+
+    Reads only those arrays of the state blob (npz members load lazily), not the whole state."""
+    row = conn.execute(text("SELECT blob FROM detector_state WHERE name = :n"), {"n": name}).first()
+    if row is None:
+        return {}
+    with np.load(io.BytesIO(bytes(row[0])), allow_pickle=False) as z:
+        names = set(z.files)
+        blocked = {k: z[f"blk|{k}"] for k in KINDS if f"blk|{k}" in names}
+        degraded = {k: z[f"deg|{k}"] for k in KINDS if f"deg|{k}" in names}
+        return coverage_map(z["port_ids"], blocked, degraded)
 
 
 def save_state(conn: Connection, name: str, st: FeatureState) -> None:

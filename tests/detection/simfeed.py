@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -9,6 +10,7 @@ import numpy as np
 from service.detection.engine import Engine
 from service.detection.findings import Finding
 from service.detection.state import AXIS, NPRIO, Config, Fabric, FeatureState, fec_limit_for, thresholds_arrays
+from service.telemetry.catalogue import METRICS
 from simulator.scenarios import Scenario
 from simulator.telemetry import PRIORITY, FabricSim, make_sim, timeline
 
@@ -120,3 +122,79 @@ class Feed:
                 found += self.engine.run_cycle(self.state, int(round(t * 1000)))
         self.t += seconds
         return found
+
+
+Batch = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+class Recording:
+    """A scenario simulated once at a fine step, then replayed at any poll cadence per metric group and any
+    cycle step: counters (and state, FEC, pause, PCIe gauges) every `counters_s`, optics (DOM) every
+    `optics_s`. Counters are cumulative, so a coarser poll of the same history is exact."""
+
+    def __init__(self, spec: dict[str, Any], seconds: float, step: float = 10.0,
+                 overlay: Callable[[float, Batch, Recording], None] | None = None) -> None:
+        feed = Feed(spec, step=step)
+        self.fabric, self.step, self.seconds = feed.fabric, step, seconds
+        self.feed = feed
+        self.frames: list[tuple[float, Batch]] = []
+        for t in timeline(T0, T0 + seconds, step):
+            b = feed.batch(feed.sim.step(t, step))
+            if overlay is not None:
+                overlay(t, b, self)
+            self.frames.append((t, b))
+        st = feed.state  # counter widths the simulator declared, to be set on every replay's state
+        self.meta = {m: (np.flatnonzero(c.bits > 0), c.bits[c.bits > 0], c.sat[c.bits > 0])
+                     for m, c in st.counters.items() if (c.bits > 0).any()}
+
+    def port(self, dev: str, port: str) -> int:
+        return self.feed._pos(dev, port)
+
+    def replay(self, counters_s: float, optics_s: float, cycle_s: float, *, config: Config | None = None,
+               drop: Iterable[str] = (), fabric: Fabric | None = None, lateness_s: float = 1.0,
+               phase_s: float = 0.0, warm_until_s: float | None = None, late: float = 0.0, dup: float = 0.0,
+               seed: int = 0) -> list[Finding]:
+        """Feed each group's polls at its cadence and run a cycle every `cycle_s` (offset by `phase_s`, each
+        `lateness_s` after its poll time, as live runs); returns every cycle's findings (the state is kept in
+        `self.state`).
+
+        `warm_until_s`: cycles every 60 s before this data time (a short cycle step is only needed around the
+        faults). `late`/`dup`: that share of the samples arrives one poll late (after the cycle that should have
+        seen it) / a second time."""
+        st = FeatureState(fabric or self.fabric, config)
+        for m, (idx, bits, sat) in self.meta.items():
+            st.set_counter_meta(m, idx, bits, sat)
+        self.state = st
+        eng = Engine()
+        drop = set(drop)
+        rng = np.random.default_rng(seed)
+        held: Batch = {}
+        out: list[Finding] = []
+        for t, b in self.frames:
+            k = round(t - T0)
+            batch = {m: v for m, v in b.items() if m not in drop
+                     and k % round(optics_s if METRICS[m].group == "optics" else counters_s) == 0}
+            if late or dup:
+                batch = self._shuffle(batch, held, rng, late, dup)
+            if batch:
+                st.observe(batch)
+            step = 60 if warm_until_s is not None and k < warm_until_s else cycle_s
+            if (k - round(phase_s)) % round(step) == 0:
+                out += eng.run_cycle(st, int(round((t + lateness_s) * 1000)))
+        return out
+
+    @staticmethod
+    def _shuffle(batch: Batch, held: Batch, rng: np.random.Generator, late: float, dup: float) -> Batch:
+        """Hold back a share of this poll's samples to the next one (late), add last poll's, repeat some."""
+        out: Batch = {}
+        for m in set(batch) | set(held):
+            parts = [held.pop(m)] if m in held else []
+            if m in batch:
+                idx, ts, val = batch[m]
+                back = rng.random(len(idx)) < late
+                held[m] = (idx[back], ts[back], val[back])
+                again = rng.random(len(idx)) < dup
+                parts += [(idx[~back], ts[~back], val[~back]), (idx[again & ~back], ts[again & ~back],
+                                                                 val[again & ~back])]
+            out[m] = tuple(np.concatenate([p[i] for p in parts]) for i in range(3))  # type: ignore[assignment]
+        return out
