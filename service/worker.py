@@ -26,6 +26,7 @@ from celery.signals import worker_process_init
 
 from service.broker import broker_url, transport_class, transport_options
 from service.config import Settings, SettingsError, get_settings
+from service.drains.schemas import drain_settings
 
 DEFAULT_QUEUE = "fabricwatch"
 WORKER_POOL = "prefork"  # the pool that enforces time limits (a hung task cannot be cut off in a thread)
@@ -36,6 +37,9 @@ TIME_LIMITS: dict[str, tuple[float, float]] = {
     "collect_target": (120.0, 150.0),        # a poll is bounded by its endpoint's timeouts long before this
     "run_detection": (600.0, 660.0),         # a cycle of a large fabric, with training
     "deliver_outbox": (120.0, 150.0),        # its own budget is 60 s
+    # claims for 60 s, then finishes the execution it has: a command may take FABRICWATCH_DRAIN_COMMAND_TIMEOUT_S
+    # (120 s) per step; cut off, the execution is recorded `unknown` and never re-run (docs/drains.md)
+    "execute_drains": (600.0, 660.0),
     "maintain_partitions": (600.0, 660.0),
     "compute_rollups": (900.0, 960.0),       # bounded chunks per run
     "maintain_rollups": (600.0, 660.0),
@@ -148,7 +152,8 @@ def configure(app: Celery, settings: Settings) -> Celery:
         **{_CONF_KEY: time_limits(settings)},
         timezone="UTC",
         enable_utc=True,
-        imports=("collectors.tasks", "service.telemetry.tasks", "service.notify.tasks", "service.detection.tasks"),
+        imports=("collectors.tasks", "service.telemetry.tasks", "service.notify.tasks", "service.detection.tasks",
+                 "service.drains.tasks"),
         beat_schedule={
             "dispatch-collections": {"task": "fabricwatch.dispatch_collections",
                                      "schedule": settings.dispatch_interval_s},
@@ -158,6 +163,8 @@ def configure(app: Celery, settings: Settings) -> Celery:
             "run-detection": {"task": "fabricwatch.run_detection", "schedule": settings.detect_interval_s,
                               "options": {"expires": settings.detect_interval_s}},
             "deliver-webhooks": {"task": "fabricwatch.deliver_outbox", "schedule": settings.webhook_poll_s},
+            "execute-drains": {"task": "fabricwatch.execute_drains", "schedule": drain_settings().execute_poll_s,
+                               "options": {"expires": drain_settings().execute_poll_s}},
         },
     )
     return app

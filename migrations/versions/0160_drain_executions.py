@@ -6,7 +6,7 @@ approval ran it again. Now the approval commits an execution row (`queued`, idem
 `drain-<id>-<seq>`), a worker claims it (`running`, started_at, worker) and records its end
 (`succeeded` / `failed`, finished_at, result); an execution that started and never recorded an end is
 `unknown` and is never run again on its own. `drain_recommendations.status` widens to 32 characters
-for `execution_failed` and `execution_unknown`.
+and its check constraint takes `execution_failed` and `execution_unknown`.
 
 Revision ID: 0160
 Revises: 0150
@@ -25,10 +25,14 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 _LIVE = "state IN ('queued', 'running')"
+_STATUSES = "'blocked', 'pending', 'approved', 'rejected', 'done', 'released', 'withdrawn'"
 
 
 def upgrade() -> None:
     op.alter_column("drain_recommendations", "status", type_=sa.String(32), existing_type=sa.String(16))
+    op.drop_constraint("drain_status", "drain_recommendations", type_="check")
+    op.create_check_constraint("drain_status", "drain_recommendations",
+                               f"status IN ({_STATUSES}, 'execution_failed', 'execution_unknown')")
     op.create_table(
         "drain_executions",
         sa.Column("id", sa.Integer(), primary_key=True),
@@ -57,6 +61,9 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("drain_executions")
-    # statuses longer than 16 characters go back to the nearest old one: approved (capacity still held)
-    op.execute("UPDATE drain_recommendations SET status = 'approved' WHERE length(status) > 16")
+    # the new statuses go back to the nearest old one: approved (capacity may still be held)
+    op.drop_constraint("drain_status", "drain_recommendations", type_="check")
+    op.execute("UPDATE drain_recommendations SET status = 'approved' "
+               "WHERE status IN ('execution_failed', 'execution_unknown')")
     op.alter_column("drain_recommendations", "status", type_=sa.String(16), existing_type=sa.String(32))
+    op.create_check_constraint("drain_status", "drain_recommendations", f"status IN ({_STATUSES})")

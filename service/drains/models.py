@@ -48,7 +48,10 @@ class DrainRecommendation(Base):
     done_by: Mapped[str | None] = mapped_column(String(128))
     done_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    __table_args__ = (Index("drain_recommendations_alert", "alert_id"),)
+    __table_args__ = (Index("drain_recommendations_alert", "alert_id"),
+                      Index("drain_recommendations_status", "status"),
+                      Index("drain_recommendations_incident", "incident_id"),
+                      Index("drain_recommendations_recommended_at", "recommended_at"))
 
 
 class DrainExecution(Base):

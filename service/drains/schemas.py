@@ -27,15 +27,21 @@ class DrainAction(StrEnum):
 class DrainStatus(StrEnum):
     BLOCKED = "blocked"        # verdict not safe; re-evaluated on the next recommend() for the target
     PENDING = "pending"        # safe, waiting for approval
-    APPROVED = "approved"
+    APPROVED = "approved"      # with an executor: its execution is queued or running (drain_executions)
     REJECTED = "rejected"
     DONE = "done"              # the drain is in place (marked by a person or a successful executor)
     RELEASED = "released"      # the incident returned to service or closed; no longer counts
     WITHDRAWN = "withdrawn"    # the incident closed, or its alert resolved, before a decision
+    EXECUTION_FAILED = "execution_failed"     # the executor ran and reported a failure; a person decides
+    EXECUTION_UNKNOWN = "execution_unknown"   # it started and never recorded an end; never re-run on its own
 
 
-# Drains that hold capacity out of service right now: the safety check counts these.
-ACTIVE_STATUSES = (DrainStatus.APPROVED, DrainStatus.DONE)
+# Drains that (may) hold capacity out of service right now: the safety check counts these. A failed or
+# unknown execution may have taken part of the target down (a cordon without its drain), so they count.
+ACTIVE_STATUSES = (DrainStatus.APPROVED, DrainStatus.DONE, DrainStatus.EXECUTION_FAILED,
+                   DrainStatus.EXECUTION_UNKNOWN)
+# Approved drains whose execution did not end well: a person marks them done or asks for a retry.
+UNSETTLED_STATUSES = (DrainStatus.EXECUTION_FAILED, DrainStatus.EXECUTION_UNKNOWN)
 OPEN_STATUSES = (DrainStatus.BLOCKED, DrainStatus.PENDING)
 
 
@@ -67,6 +73,7 @@ class DrainSettings(BaseModel):
     webhook_url: str | None = None
     webhook_secret_env: str | None = None    # name of the env var holding the HMAC key, never the key
     webhook_timeout_s: float = Field(default=10.0, gt=0)
+    execute_poll_s: float = Field(default=5.0, gt=0, le=300)        # how often queued executions are picked up
 
     @field_validator("command_shut_port", "command_slurm_drain", "command_k8s_cordon", "command_k8s_drain",
                      mode="before")
@@ -150,6 +157,34 @@ class DrainRead(BaseModel):
     done_by: str | None
     done_at: datetime | None
     released_at: datetime | None
+
+
+class ExecutionState(StrEnum):
+    QUEUED = "queued"          # committed with the approval; waits for a worker
+    RUNNING = "running"        # claimed: started_at and the worker are recorded, the executor runs
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"          # ended, and the executor said how (exit status, HTTP status)
+    UNKNOWN = "unknown"        # started and never recorded an end (the worker died): never run again
+    CANCELLED = "cancelled"    # never started: the drain was no longer approved when a worker came to it
+
+
+class ExecutionRead(BaseModel):
+    """One attempt to carry out an approved drain (a row of the drain-execution outbox)."""
+
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    drain_id: int
+    seq: int = Field(description="1 for the approval's execution, 2.. for retries an operator asked for")
+    idempotency_key: str = Field(description="drain-<drain id>-<seq>; sent to a webhook as Idempotency-Key")
+    executor: str
+    state: ExecutionState
+    requested_by: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    worker: str | None = Field(description="host:pid of the worker that claimed it")
+    steps: list[dict[str, Any]] = Field(description="per command: argv, started_at, finished_at, rc, output tails")
+    result: dict[str, Any] | None = Field(description="how it ended: ok, rc / HTTP status, error; null while running")
 
 
 class BreakerRead(BaseModel):

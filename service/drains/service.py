@@ -2,27 +2,35 @@
 
 Every safety decision runs under one transaction-level advisory lock, so two pipeline workers
 (or an approval racing a recommendation) never both pass a floor that only one of them fits.
+Nothing here runs an executor: approval queues an execution (service/drains/execution.py) that a
+worker runs after the approving transaction has committed, so the lock is held for milliseconds.
 Functions take a SQLAlchemy `Connection` inside the caller's transaction; `at` is data time
 where the caller has one (the pipeline), else now.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy import Connection, Row, insert, select, text, update
+from sqlalchemy.exc import DBAPIError
 
 from service.alerts.models import Alert
+from service.alerts.service import add_comment
 from service.detection.findings import Finding
-from service.drains.executors import get_executor, plan_commands
+from service.drains import execution
+from service.drains.executors import TemplateError, plan_commands
 from service.drains.models import DrainBreaker, DrainRecommendation
 from service.drains.planner import Plan, plan_target, safe_word, target_for_finding
 from service.drains.safety import FleetState, evaluate
 from service.drains.schemas import (
     ACTIVE_STATUSES,
     OPEN_STATUSES,
+    UNSETTLED_STATUSES,
     BreakerRead,
     DrainAction,
     DrainSettings,
@@ -43,6 +51,8 @@ ALERTS = Alert.__table__
 _READ = select(DRAINS, ALERTS.c.state.label("alert_state")).select_from(
     DRAINS.outerjoin(ALERTS, ALERTS.c.id == DRAINS.c.alert_id))
 _LOCK_KEY = 74_201_300   # pg_advisory_xact_lock key for drain safety decisions
+NOTE_ACTOR = "fabricwatch-drains"   # who notes a failed recommendation on its alert's timeline
+log = logging.getLogger(__name__)
 
 
 class DrainError(Exception):
@@ -256,6 +266,41 @@ def recommend_for_finding(*, conn: Connection, finding: Finding, alert_id: int |
                      summary=finding.summary)
 
 
+def recommend_isolated(*, conn: Connection, finding: Finding, alert_id: int | None, at: datetime,
+                       reason: str | None = None) -> tuple[Row[Any] | None, str | None]:
+    """recommend_for_finding in a savepoint: a failure rolls back this recommendation alone, never the
+    cycle's alerts; it is logged and noted on the alert's timeline. Returns (drain or None, error or None)."""
+    try:
+        with conn.begin_nested():
+            return recommend_for_finding(conn=conn, finding=finding, alert_id=alert_id, at=at, reason=reason), None
+    except SoftTimeLimitExceeded:
+        raise   # the task is being cut off: the whole cycle rolls back, as service/worker.py says
+    except Exception as exc:
+        error = _brief(exc)
+        fresh = _note(conn, alert_id, f"drain recommendation failed: {error}", at) if alert_id is not None else True
+        # said once in full (a traceback, unless it is a refusal of ours); then one line per cycle
+        log.warning("drain recommendation failed for %s (alert %s): %s", finding.fingerprint, alert_id, error,
+                    exc_info=fresh and not isinstance(exc, (DrainError, TemplateError)))
+        return None, error
+
+
+def _brief(exc: Exception) -> str:
+    """One line: a database error as PostgreSQL said it (not SQLAlchemy's statement and parameters)."""
+    cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    first = (str(cause).strip().splitlines() or [""])[0]
+    return f"{type(cause).__name__}: {first}"[:500]
+
+
+def _note(conn: Connection, alert_id: int, comment: str, at: datetime) -> bool:
+    """A comment on the alert, unless its last such note says the same (a failure repeats every cycle)."""
+    last = conn.execute(text("SELECT comment FROM alert_events WHERE alert_id = :a AND actor = :who "
+                             "ORDER BY id DESC LIMIT 1"), {"a": alert_id, "who": NOTE_ACTOR}).scalar()
+    if last == comment:
+        return False
+    add_comment(conn=conn, alert_id=alert_id, actor=NOTE_ACTOR, comment=comment, at_ms=int(at.timestamp() * 1000))
+    return True
+
+
 def _require(row: Row[Any], attempted: str, allowed: tuple[DrainStatus, ...]) -> None:
     if row.status not in allowed:
         why = row.decision_note if row.status == DrainStatus.WITHDRAWN else None
@@ -276,7 +321,10 @@ def _advance_incident(conn: Connection, incident_id: int | None, to: State, acto
 def approve(*, conn: Connection, drain_id: int, actor: str, note: str | None = None, at: datetime | None = None,
             settings: DrainSettings | None = None) -> Row[Any]:
     """Approve a pending drain after re-checking safety now. If it is no longer safe it becomes
-    `blocked` (returned, not raised, so the new verdict is kept); check `status` on the result."""
+    `blocked` (returned, not raised, so the new verdict is kept); check `status` on the result.
+
+    With an executor configured, the approval also queues an execution (in this transaction); a worker
+    runs it once this commits. Nothing runs here."""
     s, now = settings or drain_settings(), _now(at)
     _lock(conn)
     row = get(conn=conn, drain_id=drain_id, lock=True)
@@ -302,13 +350,29 @@ def approve(*, conn: Connection, drain_id: int, actor: str, note: str | None = N
     if row.incident_id is not None:
         incidents.add_event(conn=conn, incident_id=row.incident_id, actor=actor, kind="drain_approved", at=now,
                             text_=note or f"drain {drain_id} approved", data={"drain_id": drain_id})
-    executor = get_executor(s)
-    if executor.name != "none":
-        result = executor.execute(get(conn=conn, drain_id=drain_id)._asdict())
-        conn.execute(update(DRAINS).where(DRAINS.c.id == drain_id).values(execution=result, updated_at=now))
-        if result.get("ok"):
-            return mark_done(conn=conn, drain_id=drain_id, actor=f"{actor} via {executor.name} executor",
-                             note="executed", at=now)
+    if s.executor != "none":
+        execution.queue(conn=conn, drain=get(conn=conn, drain_id=drain_id), executor=s.executor, actor=actor,
+                        at=now)
+    return get(conn=conn, drain_id=drain_id)
+
+
+def retry(*, conn: Connection, drain_id: int, actor: str, note: str | None = None,
+          settings: DrainSettings | None = None) -> Row[Any]:
+    """An operator checked a failed or unknown execution and asks for it to run again: a new execution,
+    with its own idempotency key. Never done without this call."""
+    s, now = settings or drain_settings(), _now(None)
+    row = get(conn=conn, drain_id=drain_id, lock=True)
+    _require(row, "retry", UNSETTLED_STATUSES)
+    if s.executor == "none":
+        raise DrainStateError(drain_id, row.status, "retry", [x.value for x in UNSETTLED_STATUSES],
+                              "execution is off (FABRICWATCH_DRAIN_EXECUTOR=none): mark it done by hand")
+    conn.execute(update(DRAINS).where(DRAINS.c.id == drain_id).values(status=DrainStatus.APPROVED.value,
+                                                                       updated_at=now))
+    if row.incident_id is not None:
+        incidents.add_event(conn=conn, incident_id=row.incident_id, actor=actor, kind="drain_retry", at=now,
+                            text_=f"drain {drain_id}: execution asked again" + (f": {note}" if note else ""),
+                            data={"drain_id": drain_id})
+    execution.queue(conn=conn, drain=get(conn=conn, drain_id=drain_id), executor=s.executor, actor=actor, at=now)
     return get(conn=conn, drain_id=drain_id)
 
 
@@ -326,10 +390,11 @@ def reject(*, conn: Connection, drain_id: int, actor: str, note: str | None = No
 
 def mark_done(*, conn: Connection, drain_id: int, actor: str, note: str | None = None,
               at: datetime | None = None) -> Row[Any]:
-    """The drain is in place: the incident moves to `drained`."""
+    """The drain is in place: the incident moves to `drained`. From `approved`, or from a failed or unknown
+    execution once a person has checked the target (an execution still queued or running is not waited for)."""
     now = _now(at)
     row = get(conn=conn, drain_id=drain_id, lock=True)
-    _require(row, "mark done", (DrainStatus.APPROVED,))
+    _require(row, "mark done", (DrainStatus.APPROVED, *UNSETTLED_STATUSES))
     conn.execute(update(DRAINS).where(DRAINS.c.id == drain_id).values(
         status=DrainStatus.DONE.value, done_by=actor, done_at=now, updated_at=now))
     _advance_incident(conn, row.incident_id, State.DRAINED, actor, now,
