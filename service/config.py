@@ -142,6 +142,12 @@ def _check_domain_settings() -> None:
                                 f"(got {err.get('input')!r})") from None
         except ValueError as exc:  # a command template that is not JSON
             raise SettingsError(f"setting {ENV_PREFIX}{prefix}*: {exc}") from None
+    from service.drains.executors import TemplateError, check_settings
+
+    try:  # every command template rendered with sample values: an unknown placeholder fails here, not mid-cycle
+        check_settings(drain_settings())
+    except TemplateError as exc:  # already one line naming the setting
+        raise SettingsError(str(exc)) from None
 
 
 @lru_cache(maxsize=1)

@@ -17,9 +17,9 @@ from sqlalchemy import Connection, Engine, text
 
 from service.alerts.service import ChangeSet, apply_findings
 from service.detection.findings import Finding, Severity
-from service.detection.service import backtest, detect_at
+from service.detection.service import backtest, detect_in
 from service.detection.state import Config
-from service.drains.service import recommend_for_finding, withdraw_cleared
+from service.drains.service import recommend_isolated, withdraw_cleared
 
 # Tables the alert state machine writes; a replay works on temporary copies of these.
 _SHADOWED = ("alerts", "alert_events", "webhook_outbox")
@@ -32,11 +32,12 @@ class CycleOutcome:
     changes: ChangeSet
     drains: list[int] = field(default_factory=list)
     withdrawn: list[int] = field(default_factory=list)   # drains withdrawn because their alert resolved
+    drain_errors: dict[str, str] = field(default_factory=dict)   # fingerprint -> why its recommendation failed
 
     def summary(self) -> dict[str, Any]:
         return {"at_ms": self.at_ms, "findings": len(self.findings), "opened": self.changes.opened,
                 "reopened": self.changes.reopened, "resolved": self.changes.resolved, "drains": self.drains,
-                "withdrawn": self.withdrawn}
+                "withdrawn": self.withdrawn, "drain_errors": self.drain_errors}
 
 
 def _drain_worthy(f: Finding) -> bool:
@@ -48,7 +49,8 @@ def apply_cycle(conn: Connection, findings: list[Finding], at_ms: int, *, drains
     """Alerts (and, for pages, drain recommendations) from one cycle's findings, in the caller's transaction.
 
     Undecided drains whose alert has resolved (this cycle, or by hand since) are withdrawn; a drain's
-    reason is its alert's summary, the episode's worst cycle, not this cycle's."""
+    reason is its alert's summary, the episode's worst cycle, not this cycle's. Each recommendation has its
+    own savepoint: one that fails is noted on its alert and never takes the cycle's alerts with it."""
     changes = apply_findings(conn=conn, findings=findings, at_ms=at_ms)
     out = CycleOutcome(at_ms, findings, changes)
     if not drains:
@@ -62,17 +64,21 @@ def apply_cycle(conn: Connection, findings: list[Finding], at_ms: int, *, drains
             {"f": [f.fingerprint for f in worthy]})}
         for f in worthy:
             a = alerts.get(f.fingerprint)
-            row = recommend_for_finding(conn=conn, finding=f, alert_id=a.id if a else None, at=at,
-                                        reason=a.summary if a else None)
+            row, error = recommend_isolated(conn=conn, finding=f, alert_id=a.id if a else None, at=at,
+                                            reason=a.summary if a else None)
             if row is not None:
                 out.drains.append(int(row.id))
+            if error is not None:
+                out.drain_errors[f.fingerprint] = error
     return out
 
 
 def run_cycle(engine: Engine, at_ms: int, *, name: str = "default", config: Config | None = None) -> CycleOutcome:
-    """Live: detect at `at_ms` (new samples only), then alert and recommend."""
-    findings = detect_at(engine, at_ms, name=name, config=config)
+    """Live: detect at `at_ms` (new samples only), then alert and recommend, in one transaction: detector
+    state, findings and alerts commit together, so a cycle that fails (or dies) anywhere keeps nothing and
+    the next cycle reads the same samples again. No finding is stored without its alert."""
     with engine.begin() as conn:
+        findings = detect_in(conn, at_ms, name=name, config=config)
         return apply_cycle(conn, findings, at_ms)
 
 
@@ -84,6 +90,9 @@ def replay_alerts(engine: Engine, from_ms: int, to_ms: int, step_ms: int, *, con
         conn.execute(text("SET fabricwatch.replay = 'on'"))  # service.events.publish stays quiet
         for table in _SHADOWED:
             conn.execute(text(f"CREATE TEMP TABLE {table} (LIKE public.{table} INCLUDING ALL)"))
+        # A pooled connection may hold statements psycopg prepared on the real tables; a new temp table does
+        # not invalidate their plans once this session has a temp schema, so they would write the live alerts.
+        conn.execute(text("DISCARD PLANS"))
         conn.commit()
 
         def cycle(at_ms: int, findings: list[Finding]) -> None:

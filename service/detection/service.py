@@ -218,20 +218,26 @@ def _json_default(o: object) -> object:
 def detect_at(engine: Engine, at_ms: int, *, name: str = "default", config: Config | None = None) -> list[Finding]:
     """One live cycle at data time `at_ms`: read new samples, observe, evaluate, persist state and models."""
     with engine.begin() as conn:
-        conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('fabricwatch-detect:' || :n))"), {"n": name})
-        fabric = load_fabric(conn)
-        st = load_state(conn, name, fabric, config)
-        if st is None:
-            st = FeatureState(fabric, config)
-        if st.last_cycle_ms is not None and at_ms <= st.last_cycle_ms:
-            raise ValueError(f"cycle at {iso_time(at_ms)} is not after the last cycle at {iso_time(st.last_cycle_ms)}")
-        sx = load_series(conn, fabric)
-        _apply_meta(st, sx)
-        eng = DetectionEngine(load_models(conn))
-        findings, _ = _advance(conn, eng, st, sx, at_ms)
-        save_models(conn, eng.models)
-        save_state(conn, name, st)
-        _save_findings(conn, findings)
+        return detect_in(conn, at_ms, name=name, config=config)
+
+
+def detect_in(conn: Connection, at_ms: int, *, name: str = "default", config: Config | None = None) -> list[Finding]:
+    """detect_at in the caller's transaction: the pipeline commits state, findings and alerts together,
+    so a cycle that fails after detection keeps nothing and the next one re-reads its samples."""
+    conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('fabricwatch-detect:' || :n))"), {"n": name})
+    fabric = load_fabric(conn)
+    st = load_state(conn, name, fabric, config)
+    if st is None:
+        st = FeatureState(fabric, config)
+    if st.last_cycle_ms is not None and at_ms <= st.last_cycle_ms:
+        raise ValueError(f"cycle at {iso_time(at_ms)} is not after the last cycle at {iso_time(st.last_cycle_ms)}")
+    sx = load_series(conn, fabric)
+    _apply_meta(st, sx)
+    eng = DetectionEngine(load_models(conn))
+    findings, _ = _advance(conn, eng, st, sx, at_ms)
+    save_models(conn, eng.models)
+    save_state(conn, name, st)
+    _save_findings(conn, findings)
     return findings
 
 
