@@ -89,7 +89,7 @@ RULES_ONLY = {"trend_min_points": 10**6, "if_min_history_ms": 10**15}  # no tren
 OPTIC_METRICS = {"optic_rx_power_dbm", "optic_tx_power_dbm", "optic_tx_bias_amperes", "optic_temperature_celsius",
                  "optic_voltage_volts"}  # polled on the optics cadence; every other metric on the counters one
 GRID = {"counters": (10, 60, 300), "optics": (60, 300, 900), "step": ("60", "counters", "optics"),
-        "route": ("import",)}
+        "route": ("live", "import")}
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class Cell:
     counters: int
     optics: int
     step: str = "60"      # "60" (seconds), "counters" or "optics": the cycle step
-    route: str = "import"  # "import": bulk-imported history, then a replay ("live": not implemented yet)
+    route: str = "import"  # "import": history imported in batches, then a replay; "live": poll by poll, live cycles
 
     @property
     def base_s(self) -> int:
@@ -126,8 +126,8 @@ def parse_cell(v: str) -> Cell:
         cell = Cell(int(kv["counters"]), int(kv["optics"]), kv.get("step", "60"), kv.get("route", "import"))
     except (KeyError, ValueError) as exc:
         raise argparse.ArgumentTypeError(f"--cell {v!r}: counters and optics are whole seconds ({exc})") from None
-    if cell.route != "import":
-        raise argparse.ArgumentTypeError(f"--cell {v!r}: route {cell.route!r} is not implemented (only import)")
+    if cell.route not in ("import", "live"):
+        raise argparse.ArgumentTypeError(f"--cell {v!r}: route is import or live, not {cell.route!r}")
     if cell.step not in ("counters", "optics") and not cell.step.isdigit():
         raise argparse.ArgumentTypeError(f"--cell {v!r}: step is seconds, 'counters' or 'optics'")
     return cell
@@ -325,7 +325,7 @@ def run_job(job: Job) -> RunResult:
     from service.detection.state import Config
     from service.inventory.schemas import Inventory
     from service.inventory.service import upsert_inventory
-    from service.pipeline import apply_cycle
+    from service.pipeline import apply_cycle, run_cycle
     from service.telemetry.service import import_prometheus
     from simulator.generate import BlockText, write_frame
     from simulator.scenarios import parse_duration, parse_time
@@ -354,12 +354,24 @@ def run_job(job: Job) -> RunResult:
         # so one huge batch leaves samples(ts) unordered on disk and the BRIN index that detection's time-range
         # read relies on becomes useless (every cycle then scans the whole day partition)
         chunk_steps = 10
+        # route=live: each poll is imported as it comes and live cycles (run_cycle: state saved and loaded every
+        # cycle, alerts in the same transaction) run at the cell's step between the polls
+        live = job.cell is not None and job.cell.route == "live"
+        after = int(CYCLE_AFTER_POLL_S * 1000)
+        # a cycle right after each poll (CYCLE_AFTER_POLL_S), from the first poll to the last
+        first = int((start + cycle_step) * 1000) + after
+        last = int(end * 1000) + after
+        live_cfg, next_cycle = Config(**job.configs["detector"]), first
         for k, t in enumerate(timeline(start, end, sim_step), 1):
             frame = sim.step(t, sim_step)
             n_samples += write_frame(sim, texts, frame if job.cell is None else due(frame, t, start, job.cell), buf)
-            if k % chunk_steps == 0:
+            if live or k % chunk_steps == 0:
                 import_prometheus(engine=engine, chunks=[buf.getvalue().encode()], source=f"{job.suite}-{job.seed}")
                 buf = io.StringIO()
+            # every cycle that runs before the next poll arrives (it reads ts <= cycle - lateness < next poll)
+            while live and next_cycle <= min(last, int((t + sim_step) * 1000) + after - 2000):
+                run_cycle(engine, next_cycle, name="eval", config=live_cfg)
+                next_cycle += int(cycle_step * 1000)
         if buf.tell():
             import_prometheus(engine=engine, chunks=[buf.getvalue().encode()], source=f"{job.suite}-{job.seed}")
         with engine.begin() as c:
@@ -373,11 +385,12 @@ def run_job(job: Job) -> RunResult:
         # "polls" in the scores count counter polls (hard faults) in a cell
         res = RunResult(job.suite, job.seed, step if job.cell is None else job.cell.counters, start, end, events,
                         links, timing=timing, samples=n_samples)
-        after = int(CYCLE_AFTER_POLL_S * 1000)
-        # a cycle right after each poll (CYCLE_AFTER_POLL_S), from the first poll to the last
-        first = int((start + cycle_step) * 1000) + after
-        last = int(end * 1000) + after
+        if live:
+            with engine.connect() as conn:
+                res.alerts["detector"] = _alerts(conn)
         for label, overrides in job.configs.items():
+            if live:
+                break
             if label == "rules-only" and end - start <= cfg_day_limit(Config(**job.configs["detector"])):
                 # trends need trend_min_points buckets and the forest a day of history: in a run this short
                 # both are off anyway, so rules-only is the detector itself (not run twice)
