@@ -371,11 +371,14 @@ def load_timelines(*, conn: Connection, start: datetime, end: datetime) -> list[
         return []
     has_alerts = conn.execute(text("SELECT to_regclass('alerts') IS NOT NULL")).scalar_one()
     if has_alerts:
-        # Evidence may carry its own onset (onset_ms); else the fault time the incident recorded.
+        # Evidence may carry its own onset: detection's {"feature": "onset_ms", "value": ms} (when the condition
+        # first held, data time) or an {"onset_ms": ms} key; the earliest of the last and the peak cycle's.
+        # Else the fault time the incident recorded.
         sql = _TIMELINES_SQL.format(
             alert_first="a.first_opened_at_ms",
-            evidence_onset="(SELECT min((ev->>'onset_ms')::bigint) FROM jsonb_array_elements(a.evidence) ev "
-                           "WHERE ev ? 'onset_ms')",
+            evidence_onset="(SELECT min(COALESCE((ev->>'onset_ms')::float8, (ev->>'value')::float8))::bigint "
+                           "FROM jsonb_array_elements(a.evidence || COALESCE(a.peak_evidence, '[]'::jsonb)) ev "
+                           "WHERE ev ? 'onset_ms' OR ev->>'feature' = 'onset_ms')",
             alert_join="LEFT JOIN alerts a ON a.id = i.alert_id")
     else:
         sql = _TIMELINES_SQL.format(alert_first="NULL::bigint", evidence_onset="NULL::bigint", alert_join="")
