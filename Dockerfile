@@ -2,12 +2,13 @@
 FROM python:3.11-slim
 RUN apt-get update && apt-get install -y --no-install-recommends ethtool snmp && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
-COPY pyproject.toml README.md alembic.ini ./
+COPY pyproject.toml requirements.lock README.md alembic.ini ./
 COPY service service
 COPY collectors collectors
 COPY simulator simulator
 COPY migrations migrations
-RUN pip install --no-cache-dir .
+# the locked versions of what fabricwatch needs (requirements.lock also pins the dev extra, not installed here)
+RUN pip install --no-cache-dir -c requirements.lock .
 RUN useradd --system --uid 10001 fabricwatch
 USER fabricwatch
 EXPOSE 8080

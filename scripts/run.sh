@@ -9,5 +9,6 @@ if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e .
+# the locked versions (requirements.lock; bash scripts/lock.sh refreshes it), fabricwatch itself editable
+.venv/bin/python -m pip install -q -c requirements.lock -e .
 exec .venv/bin/fabricwatch "${@:-serve}"

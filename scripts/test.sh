@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install the test tools and run the whole suite: ruff, then pytest.
+# Install the test tools and run the whole suite: ruff, pip-audit, then pytest (which also runs
+# `alembic check`, models against migrations, in tests/test_migrations.py).
 # Uses FABRICWATCH_TEST_DATABASE_URL / FABRICWATCH_TEST_REDIS_URL when set (CI points them at real
 # servers); without them the tests start the embedded PostgreSQL and use it as the broker too.
 set -euo pipefail
@@ -18,7 +19,8 @@ fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[dev]"
+# the locked versions (requirements.lock; bash scripts/lock.sh refreshes it), fabricwatch itself editable
+.venv/bin/python -m pip install -q -c requirements.lock -e ".[dev]"
 
 .venv/bin/ruff check .
 bash scripts/audit.sh
