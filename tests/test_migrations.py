@@ -78,3 +78,5 @@ def test_replicas_upgrading_at_once_migrate_once(missing_db: str) -> None:
     with get_engine(missing_db).connect() as conn:
         assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [head]
     assert sum("created database" in o for o in outs) == 1, outs
+    # they did overlap: the second found the first migrating and waited (the race this test is about)
+    assert sum("waiting for another process's schema migration" in o for o in outs) == 1, outs
