@@ -34,6 +34,7 @@ from service.db import get_engine
 from service.inventory.secrets import SecretError, target_for
 from service.models import Endpoint
 from service.observability import COLLECT_ERRORS, COLLECT_SECONDS
+from service.telemetry.coverage import record_coverage
 from service.telemetry.ingest import Ingestor, IngestReport
 from service.telemetry.targets import (
     GROUPS,
@@ -191,6 +192,9 @@ def store_collection(engine: Engine, pending: PendingStore, *, settings: Setting
         record_link_events(conn, device_id=pending.device_id, result=result, source=pending.protocol)
         record_neighbors(conn, device_id=pending.device_id, result=result, at=started)
         record_status(conn, endpoint_id=pending.endpoint_id, result=shown, stored=report.written, at=started)
+        # expected metric groups against what arrived, and what was refused (service/telemetry/coverage.py)
+        record_coverage(conn, endpoint_id=pending.endpoint_id, protocol=pending.protocol, polled=pending.groups,
+                        result=result, report=report, at_ms=pending.started_ms)
     return report
 
 

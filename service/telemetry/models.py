@@ -108,6 +108,8 @@ class TargetStatus(Base):
     duration_s: Mapped[float | None] = mapped_column(Float)
     samples: Mapped[int] = mapped_column(Integer, default=0)
     consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
+    # expected metric groups against what arrived (service/telemetry/coverage.py; migration 0180)
+    coverage: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
 
 
 class GnmiStreamState(Base):

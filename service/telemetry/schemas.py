@@ -52,6 +52,56 @@ class StreamRead(BaseModel):
     last_data_at: datetime | None
 
 
+CoverageGroup = Literal["state", "counters", "optics", "pfc"]
+
+
+class GroupCoverage(BaseModel):
+    """One expected metric group of a target, as its latest collection found it."""
+
+    samples: int = Field(description="samples of the group ingest accepted in the latest collection of it")
+    missing_polls: int = Field(description="collections in a row that brought none (a stream: sample intervals "
+                               "overdue beyond the first); 0: it arrived")
+    reason: str | None = Field(description="why it is missing, in words, starting with the group")
+    assessed_at: datetime | None
+    last_arrived_at: datetime | None
+
+
+class Rejected(BaseModel):
+    count: int = Field(description="samples refused for this reason in the latest collection of each poll group")
+    examples: list[str] = Field(description="a few of the refused keys (device:port, metric, lane), "
+                                "most frequent first")
+
+
+class BlockedRule(BaseModel):
+    """A detection rule that cannot run on some of the device's ports (service/detection/state.py)."""
+
+    rule: str
+    reason: str
+    ports: int
+    examples: list[str]
+
+
+class CoverageRead(BaseModel):
+    """Expected metric groups against what arrived (service/telemetry/coverage.py)."""
+
+    expected: list[CoverageGroup] = Field(description="by device kind, protocol and the inventory's optics")
+    arrived: list[CoverageGroup]
+    missing: list[CoverageGroup] = Field(description="expected, and absent from the latest collection of it")
+    not_collected_yet: list[CoverageGroup] = Field(description="expected, not collected since coverage began")
+    groups: dict[CoverageGroup, GroupCoverage]
+    rejected: dict[str, Rejected] = Field(description="reason (not in the inventory, unknown metric, invalid lane, "
+                                          "invalid, not a number) -> count and examples")
+    blind_spots: dict[str, list[str]] = Field(description="the collector's warnings per group (state, counters, "
+                                              "optics, pfc, device, ports) of the latest collection of it: partial "
+                                              "blind spots, e.g. 'counters: the agent gave no dot3StatsFCSErrors ...'")
+    mode: Literal["poll", "stream"]
+    last_received: int | None = Field(description="samples the latest collection brought")
+    last_accepted: int | None = Field(description="of those, accepted by ingest")
+    blocked_rules: list[BlockedRule] | None = Field(
+        description="the detector's per-port rules that cannot run on this device for missing inputs; "
+                    "null: no detector state yet")
+
+
 class TargetRead(BaseModel):
     target: str = Field(description="device/protocol")
     device: str
@@ -70,6 +120,8 @@ class TargetRead(BaseModel):
     consecutive_failures: int
     reason: str | None = Field(default=None, description="why the target is degraded or failing")
     stream: StreamRead | None = Field(default=None, description="gNMI targets: the Subscribe stream")
+    coverage: CoverageRead | None = Field(default=None, description="expected metric groups against what arrived; "
+                                          "null until the target's first collection")
 
 
 class TargetsRead(BaseModel):

@@ -117,7 +117,8 @@ def record_neighbors(conn: Connection, *, device_id: int, result: CollectResult,
 _TARGETS_SQL = """
 SELECT d.name, e.protocol, e.address, e.port, d.pod, t.last_attempt, t.last_success, t.last_error,
        t.last_error_at, t.last_warnings, t.duration_s, t.samples, coalesce(t.consecutive_failures, 0),
-       e.config, g.state, g.reason, g.since, g.owner, g.lease_until, g.last_data_at, g.endpoint_id IS NOT NULL
+       e.config, t.coverage, g.state, g.reason, g.since, g.owner, g.lease_until, g.last_data_at,
+       g.endpoint_id IS NOT NULL
 FROM endpoints e JOIN devices d ON d.id = e.device_id LEFT JOIN target_status t ON t.endpoint_id = e.id
 LEFT JOIN gnmi_stream_state g ON g.endpoint_id = e.id
 WHERE (CAST(:device AS text) IS NULL OR d.name = :device)
@@ -126,30 +127,37 @@ ORDER BY d.name, e.protocol
 """
 
 
-def list_targets(conn: Connection, *, device: str | None = None, protocol: str | None = None) -> list[dict[str, Any]]:
-    """Every collection target with its last status.
+def list_targets(conn: Connection, *, device: str | None = None, protocol: str | None = None,
+                 rules: bool = True) -> list[dict[str, Any]]:
+    """Every collection target with its last status and coverage.
 
-    `state` is ok, degraded (the last collection answered but stored no sample: a blind spot,
-    `reason` says why), failing or never_polled. gNMI targets also carry `stream`: their mode
-    and the state of their Subscribe stream (collectors/gnmi_stream.py).
+    `state` is ok, degraded (the target answered, but the last collection stored no sample, or an
+    expected metric group is missing: a blind spot, `reason` says why in words), failing or
+    never_polled; never `ok` with nothing. `coverage` (service/telemetry/coverage.py) is the groups
+    expected against those that arrived, the refused samples per reason with examples and, with
+    `rules`, the detector's per-port rules that cannot run on the device. gNMI targets also carry
+    `stream`: their mode and the state of their Subscribe stream (collectors/gnmi_stream.py).
     """
     from collectors.gnmi_stream import describe
+    from service.telemetry.coverage import blocked_rules_by_device, state_of, summarize
 
+    blocked = blocked_rules_by_device(conn) if rules else None
     out = []
     for (dev, proto, addr, port, pod, attempt, success, error, error_at, warnings, duration, samples,
-         failures, config, *stream) in conn.execute(text(_TARGETS_SQL), {"device": device, "protocol": protocol}).all():
+         failures, config, record, *stream) in conn.execute(text(_TARGETS_SQL),
+                                                             {"device": device, "protocol": protocol}).all():
+        cov = summarize(record, None if blocked is None else blocked.get(dev, []))
         state = "never_polled" if attempt is None else ("failing" if failures else "ok")
         reason = error if failures else None
-        if state == "ok" and not samples:
-            state = "degraded"
-            reason = (warnings.split("\n")[0] if warnings else "the last collection stored no sample")
+        if state == "ok" and (why := state_of(cov, stored=samples, warnings=warnings.split("\n") if warnings else [])):
+            state, reason = "degraded", why
         extra = {"stream": describe(tuple(stream[:6]) if stream[6] else None, config or {})} if proto == "gnmi" else {}
         out.append({
             "target": f"{dev}/{proto}", "device": dev, "protocol": proto, "address": addr, "port": port,
             "pod": pod, "state": state, "last_attempt": attempt, "last_success": success,
             "last_error": error, "last_error_at": error_at,
             "warnings": warnings.split("\n") if warnings else [], "duration_s": duration,
-            "samples": samples, "consecutive_failures": failures, "reason": reason, **extra,
+            "samples": samples, "consecutive_failures": failures, "reason": reason, "coverage": cov, **extra,
         })
     return out
 
