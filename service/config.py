@@ -54,6 +54,8 @@ class Settings(BaseSettings):
     optics_interval_s: float = Field(default=60.0, gt=0)
     state_interval_s: float = Field(default=30.0, gt=0)
     alert_clear_cycles: int = Field(default=3, ge=1, le=1000, description="absent cycles before auto-resolve")
+    telemetry_gap_polls: int = Field(default=3, ge=1, le=1000, description="collections in a row without an expected "
+                                     "metric group (or failing) before a telemetry_gap alert (docs/alerts.md)")
     webhook_allow: str = Field(default="", description="CIDRs/hosts webhooks may reach despite the private-range rule")
     webhook_deny: str = Field(default="", description="CIDRs/hosts webhooks may never reach")
     webhook_timeout_s: float = Field(default=10.0, gt=0, le=300)

@@ -20,6 +20,7 @@ from service.detection.findings import Finding, Severity
 from service.detection.service import backtest, detect_in
 from service.detection.state import Config
 from service.drains.service import recommend_isolated, withdraw_cleared
+from service.telemetry.coverage import gap_findings
 
 # Tables the alert state machine writes; a replay works on temporary copies of these.
 _SHADOWED = ("alerts", "alert_events", "webhook_outbox")
@@ -79,6 +80,7 @@ def run_cycle(engine: Engine, at_ms: int, *, name: str = "default", config: Conf
     the next cycle reads the same samples again. No finding is stored without its alert."""
     with engine.begin() as conn:
         findings = detect_in(conn, at_ms, name=name, config=config)
+        findings += gap_findings(conn, at_ms=at_ms)   # targets blind for N collections (live only, not replayed)
         return apply_cycle(conn, findings, at_ms)
 
 
