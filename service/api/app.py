@@ -25,7 +25,7 @@ from service.kpis import views as kpi_views
 from service.nccl import views as nccl_views
 from service.noc import views as noc_views
 from service.notify import views as notify_views
-from service.observability import REQUEST_SECONDS
+from service.observability import REQUEST_SECONDS, TARGET_COVERAGE
 from service.telemetry import views as telemetry_views
 
 ROUTERS = (health.router, noc_views.router, inventory_views.router, fleet_views.router, telemetry_views.router,
@@ -53,6 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                          swagger_ui_parameters={"validatorUrl": None})  # no badge fetched from swagger.io
     app.state.settings = settings
     app.state.engine = get_engine(settings.database_url)
+    TARGET_COVERAGE.engine = app.state.engine   # /metrics reads the targets' coverage from this database
     problems.install(app)
     # The last added runs first: the token is checked before the body limit, and both before any body is read.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
