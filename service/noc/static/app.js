@@ -290,6 +290,36 @@ function podHealth(counts) {
   return "unknown";
 }
 
+// ------------------------------------------------------------------ collection gaps
+
+const GAPS_SHOWN = 5;   // a compact strip above the map; the rest are counted
+
+function renderGaps() {
+  // Targets that are blind (degraded: answered but nothing stored, or an expected metric group missing) or
+  // failing, with the reason in words: never an "ok" that hides a gap (/api/v1/targets, docs/api.md).
+  const box = $("gaps");
+  const bad = (state.targets || []).filter((t) => t.state === "degraded" || t.state === "failing")
+    .sort((a, b) => (a.state === "failing") - (b.state === "failing") || numCmp(a.target, b.target));
+  if (!bad.length) { box.replaceChildren(); box.classList.add("hidden"); return; }
+  const n = (s) => bad.filter((t) => t.state === s).length;
+  const rows = bad.slice(0, GAPS_SHOWN).map((t) => {
+    const cov = t.coverage || {};
+    const refused = Object.entries(cov.rejected || {}).map(([why, r]) => r.count + " " + why + " (e.g. " + r.examples.slice(0, 3).join(", ") + ")");
+    const tip = [t.reason || ""].concat(refused.length ? ["refused: " + refused.join("; ")] : [],
+      (cov.blocked_rules || []).slice(0, 6).map((b) => "rule " + b.rule + " blocked on " + b.ports + " port(s): " + b.reason)).join("\n");
+    return el("div", { class: "gap", "data-target": t.target, "data-state": t.state, title: tip, onclick: () => selectDevice(t.device) },
+      el("span", { class: "sev " + (t.state === "failing" ? "critical" : "warning") }, t.state),
+      el("span", { class: "nm" }, t.target),
+      (cov.missing || []).map((g) => el("span", { class: "grp" }, "no " + g)),
+      refused.length ? el("span", { class: "grp" }, Object.values(cov.rejected).reduce((a, r) => a + r.count, 0) + " refused") : null,
+      el("span", { class: "why" }, t.reason || ""));
+  });
+  const more = bad.length > GAPS_SHOWN ? [el("div", { class: "more" }, "+ " + (bad.length - GAPS_SHOWN) + " more (GET /api/v1/targets)")] : [];
+  box.replaceChildren(el("div", { class: "lbl" }, "collection gaps · " + [n("degraded") ? n("degraded") + " degraded" : "",
+    n("failing") ? n("failing") + " failing" : ""].filter(Boolean).join(" · ")), ...rows, ...more);
+  box.classList.remove("hidden");
+}
+
 // ------------------------------------------------------------------ alerts
 
 function evidence(a) {
@@ -922,6 +952,7 @@ function showTab() {
 const loaders = {
   async summary() { state.summary = await api("/api/v1/summary"); renderKpis(); renderWorst(); },
   async topo() { state.topo = await api("/api/v1/topology"); renderMap(); },
+  async targets() { state.targets = (await api("/api/v1/targets")).targets; renderGaps(); },
   async alerts() {
     try {
       const page = await api("/api/v1/alerts?state=firing&state=acknowledged&limit=500");
@@ -959,8 +990,8 @@ function autoSelect() {
 // Events name what changed; we re-read the affected resources, coalescing bursts.
 const pending = new Set(), kpiPending = new Set();
 function schedule(kind) {
-  const map = { alert: ["alerts", "summary", "topo"], drain: ["drains", "summary"], incident: ["summary"],
-    target: ["summary"] };
+  const map = { alert: ["alerts", "summary", "topo", "targets"], drain: ["drains", "summary"], incident: ["summary"],
+    target: ["summary", "targets"] };
   for (const k of map[kind] || ["summary"]) pending.add(k);
   // Incidents move recovery times; an NCCL import shows up as an alert (regression) or nothing.
   const kmap = { incident: ["recovery"], alert: ["nccl"], drain: ["recovery"] };
