@@ -9,7 +9,12 @@ against the hand-checked expectations of tests/data/snmp/conformance.toml:
 - cells: the (platform, metric group) pairs with expected values; a cell is correct when every
   hand-checked value of it comes out right (and, for state, the number of ports is right);
 - blind spots: what a device does not give, or gives and must not be used; a target passes when
-  every one of its blind spots is reported in a warning of its group (none silent).
+  every one of its blind spots is reported in a warning of its group (none silent);
+- coverage: the same poll through the coverage record the store step writes (service/telemetry/coverage.py,
+  with the inventory listing every port and an optic on each: a switch polled over SNMP expects state,
+  counters and optics). A target passes when each of its blind spots is in the record (a group's reason
+  or its blind-spot warnings) and each group the walk cannot show (`unsupported`) is a missing group or
+  has a blind spot there; a group reported missing that the walk does have values for is a false gap.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collectors.base import Target
+from collectors.base import CollectResult, Target
 from collectors.snmp import collect_many, parse_snmprec_varbinds, samples_from_varbinds
+from service.telemetry.coverage import COVERAGE_GROUPS, assess, expected_groups, state_of, summarize
+from service.telemetry.ingest import IngestReport
 from service.telemetry.samples import Sample
-from tests.snmp_corpus import Score, load_walks, score
+from tests.snmp_corpus import Score, Walk, load_walks, score
 from tests.snmp_peers import start_snmpsim
 
 NOW_MS = 1_700_000_000_000
@@ -51,6 +58,26 @@ def _polls(offline: bool) -> dict[str, tuple[list[Sample], list[str]]]:
     return {r.target: (r.samples, r.warnings) for r in results}
 
 
+def coverage_silent(walk: Walk, samples: list[Sample], warnings: list[str]) -> tuple[list[str], list[str], bool]:
+    """(blind spots the coverage record does not carry, groups it calls missing that the walk has values for,
+    whether the target's state is `degraded`)."""
+    record = assess(CollectResult(walk.community, samples=samples, warnings=warnings), IngestReport(),
+                    polled=["counters", "optics", "state"], previous=None, at_ms=NOW_MS,
+                    expected=expected_groups(kind="switch", protocol="snmp", optics=True))
+    cov = summarize(record)
+    assert cov is not None
+
+    def said(group: str) -> list[str]:
+        reason = cov["groups"].get(group, {}).get("reason")
+        return ([reason] if reason else []) + cov["blind_spots"].get(group, [])
+
+    silent = [f"{g}: {t}" for g, t in walk.blind_spots if not any(t in w for w in said(g))]
+    silent += [f"{g}: not reported (unsupported: {why})" for g, why in walk.unsupported.items()
+               if g in COVERAGE_GROUPS and g not in cov["missing"] and not said(g)]
+    false_gaps = [g for g in cov["missing"] if g in walk.expect]
+    return silent, false_gaps, state_of(cov, stored=len(samples), warnings=warnings) is not None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--offline", action="store_true", help="map the recordings without snmpsim")
@@ -59,10 +86,12 @@ def main() -> None:
     polls = _polls(args.offline)
     took = time.perf_counter() - t0
     scores: list[Score] = []
+    coverage: dict[str, tuple[list[str], list[str], bool]] = {}
     for w in load_walks():
         samples, warnings = polls[w.community]
         ports = {s.port for s in samples if s.metric == "port_oper_up" and s.port}
         scores.append(score(w, samples, warnings, ports))
+        coverage[w.community] = coverage_silent(w, samples, warnings)
 
     print(f"{'platform':52} {'ports':>5}  {'cells correct':24} blind spots reported")
     for s in scores:
@@ -76,6 +105,11 @@ def main() -> None:
         for group, wrong in s.wrong.items():
             for line in wrong[:3]:
                 print(f"    {group}: {line}")
+        cov_silent, false_gaps, _ = coverage[s.walk.community]
+        for line in cov_silent:
+            print(f"    coverage record silent on {line}")
+        for g in false_gaps:
+            print(f"    coverage record calls {g} missing, but the walk has {g} values")
     n_cells = sum(len(s.cells) for s in scores)
     good_cells = sum(sum(s.cells.values()) for s in scores)
     loud = sum(1 for s in scores if not s.silent)
@@ -84,6 +118,17 @@ def main() -> None:
     print(f"cells with correct values: {good_cells}/{n_cells} ({100 * good_cells / n_cells:.1f} %)")
     print(f"targets whose blind spots are all reported: {loud}/{len(scores)} "
           f"({100 * loud / len(scores):.1f} %), silent blind spots: {silent}")
+    cov_loud = sum(1 for silent, false, _ in coverage.values() if not silent and not false)
+    cov_silent = sum(len(silent) for silent, _, _ in coverage.values())
+    cov_false = sum(len(false) for _, false, _ in coverage.values())
+    print(f"targets whose blind spots are reported through the coverage record: {cov_loud}/{len(scores)} "
+          f"({100 * cov_loud / len(scores):.1f} %), silent: {cov_silent}, false gaps: {cov_false}")
+    # a whole group the walk cannot show: its target must not read `ok`
+    whole = [w for w in load_walks() if set(w.unsupported) & set(COVERAGE_GROUPS)]
+    shown = sum(coverage[w.community][2] for w in whole)
+    before = sum(not polls[w.community][0] for w in whole)   # the old rule: degraded only when nothing was stored
+    print(f"targets missing a whole expected group shown degraded: {shown}/{len(whole)} "
+          f"(with the rule before coverage, degraded only when nothing was stored: {before}/{len(whole)})")
     print(f"{len(scores)} walks {'mapped offline' if args.offline else 'polled through snmpsim'} in {took:.1f} s")
 
 
