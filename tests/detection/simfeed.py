@@ -153,14 +153,14 @@ class Recording:
     def replay(self, counters_s: float, optics_s: float, cycle_s: float, *, config: Config | None = None,
                drop: Iterable[str] = (), fabric: Fabric | None = None, lateness_s: float = 1.0,
                phase_s: float = 0.0, warm_until_s: float | None = None, late: float = 0.0, dup: float = 0.0,
-               seed: int = 0) -> list[Finding]:
+               seed: int = 0, restart: bool = False, until_s: float | None = None) -> list[Finding]:
         """Feed each group's polls at its cadence and run a cycle every `cycle_s` (offset by `phase_s`, each
         `lateness_s` after its poll time, as live runs); returns every cycle's findings (the state is kept in
         `self.state`).
 
         `warm_until_s`: cycles every 60 s before this data time (a short cycle step is only needed around the
         faults). `late`/`dup`: that share of the samples arrives one poll late (after the cycle that should have
-        seen it) / a second time."""
+        seen it) / a second time. `restart`: save and restore the state after every cycle, as live does."""
         st = FeatureState(fabric or self.fabric, config)
         for m, (idx, bits, sat) in self.meta.items():
             st.set_counter_meta(m, idx, bits, sat)
@@ -172,6 +172,8 @@ class Recording:
         out: list[Finding] = []
         for t, b in self.frames:
             k = round(t - T0)
+            if until_s is not None and k > until_s:
+                break
             batch = {m: v for m, v in b.items() if m not in drop
                      and k % round(optics_s if METRICS[m].group == "optics" else counters_s) == 0}
             if late or dup:
@@ -181,6 +183,8 @@ class Recording:
             step = 60 if warm_until_s is not None and k < warm_until_s else cycle_s
             if (k - round(phase_s)) % round(step) == 0:
                 out += eng.run_cycle(st, int(round((t + lateness_s) * 1000)))
+                if restart:
+                    st = self.state = FeatureState.from_bytes(st.to_bytes(), st.fabric, config)
         return out
 
     @staticmethod

@@ -59,3 +59,11 @@ def test_loose_module_and_line_card_at_5_and_15_min_polls(rec: Recording, poll_s
     on_card = [f for f in out if f.kind != "shared_component" and matches(f, ends_of(rec, "leaf-p2-01", None))
                and f.physical and (T0 + ON_S) * 1000 <= f.at_ms <= (T0 + 105 * 60) * 1000]
     assert on_card == [], sorted({(f.kind, f.device, f.port) for f in on_card})
+
+
+def test_a_state_saved_and_restored_every_cycle_finds_the_same(rec: Recording) -> None:
+    """Live detection saves its state after every cycle and loads it before the next: every held observation,
+    observation history, flap ring, penalty and onset survives, so the findings equal one uninterrupted run."""
+    straight = rec.replay(300, 900, 60, until_s=100 * 60)
+    restarted = rec.replay(300, 900, 60, until_s=100 * 60, restart=True)
+    assert [f.to_dict() for f in restarted] == [f.to_dict() for f in straight] and straight
