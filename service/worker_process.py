@@ -14,18 +14,21 @@ from pathlib import Path
 
 @contextlib.contextmanager
 def worker_process(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A `fabricwatch worker --beat` child (prefork, default concurrency) for the life of the block;
-    SIGTERM (then SIGKILL) to its process group on exit."""
+    """A `fabricwatch worker --beat` child (prefork, default concurrency) for the life of the block.
+
+    On exit, SIGTERM to its main process only: Celery's warm shutdown lets running tasks finish and stops
+    the pool processes and beat itself (a SIGTERM to the group would kill the pool's tasks midway). Then
+    SIGKILL to the group, for anything it left or if it did not stop in time.
+    """
     with log.open("ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "service.cli", "worker", "--beat"],
                                 env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         yield proc
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(20)
-        except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
+        proc.wait(5)
