@@ -1,6 +1,6 @@
 """Black holes: a dead peer delays only itself.
 
-SNMP: five targets polled every 5 s by a real `fabricwatch worker --beat` (4 threads): four answer
+SNMP: five targets polled every 5 s by a real `fabricwatch worker --beat` (4 pool processes): four answer
 (one snmpsim each), one never does (a bound socket that drops everything) and takes 1.5 s x 2
 tries per poll. The poll intervals of the healthy targets are measured from the stored sample
 times (one distinct timestamp per collection).
