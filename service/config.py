@@ -9,15 +9,19 @@ from __future__ import annotations
 import ipaddress
 import os
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     YamlConfigSettingsSource,
 )
+
+from service.drains.schemas import DrainSettings
+from service.incidents.schemas import IncidentSettings
 
 ENV_PREFIX = "FABRICWATCH_"
 
@@ -31,6 +35,27 @@ def networks(spec: str) -> list[Network]:
 
 class SettingsError(RuntimeError):
     """A setting has a bad value; the message is one line naming it."""
+
+
+# Nested groups, each set by FABRICWATCH_<GROUP>_<FIELD> (FABRICWATCH_DRAIN_MAX_PER_POD) or a `<group>:` mapping
+# in the config file; the environment wins field by field, as everywhere else.
+GROUPS: dict[str, type[BaseModel]] = {"drain": DrainSettings, "soak": IncidentSettings}
+
+
+class _GroupEnvSource(PydanticBaseSettingsSource):
+    """The environment's FABRICWATCH_<GROUP>_<FIELD> variables as nested values of their group."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # __call__ reads every group at once
+
+    def __call__(self) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for group, model in GROUPS.items():
+            values = {f: os.environ[name] for f in model.model_fields
+                      if (name := f"{ENV_PREFIX}{group.upper()}_{f.upper()}") in os.environ}
+            if values:
+                found[group] = values
+        return found
 
 
 class Settings(BaseSettings):
@@ -84,6 +109,10 @@ class Settings(BaseSettings):
     rollup_max_chunks: int = Field(default=24, ge=1, le=10_000, description="chunks (1 h of 5m, 1 d of 1h) per run")
     series_5m_after_s: float = Field(default=6 * 3600.0, gt=0, description="ranges longer than this read 5m rollups")
     series_1h_after_s: float = Field(default=7 * 86400.0, gt=0, description="ranges longer than this read 1h rollups")
+    drain: DrainSettings = Field(default_factory=DrainSettings,
+                                 description="drain safety limits and executors (FABRICWATCH_DRAIN_<FIELD>)")
+    soak: IncidentSettings = Field(default_factory=IncidentSettings,
+                                   description="repair verification soak (FABRICWATCH_SOAK_<FIELD>)")
 
     @field_validator("trusted_proxies")
     @classmethod
@@ -100,7 +129,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings, _GroupEnvSource(settings_cls)]
         path = os.environ.get(ENV_PREFIX + "CONFIG")
         if path:
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
@@ -109,7 +138,9 @@ class Settings(BaseSettings):
 
 def _one_line(exc: ValidationError) -> str:
     err = exc.errors()[0]
-    field = ".".join(str(p) for p in err["loc"]) or "?"
+    loc = [str(p) for p in err["loc"]]
+    # a group's field is named as its variable: ("drain", "max_per_pod") is FABRICWATCH_DRAIN_MAX_PER_POD
+    field = "_".join(loc[:2]) if len(loc) > 1 and loc[0] in GROUPS else ".".join(loc) or "?"
     got = err.get("input")
     shown = "" if isinstance(got, dict) else f" (got {got!r})"
     return f"setting {ENV_PREFIX}{field.upper()}: {err['msg']}{shown}"
@@ -124,30 +155,17 @@ def load_settings(**overrides: object) -> Settings:
         settings = Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         raise SettingsError(_one_line(exc)) from None
-    _check_domain_settings()
+    _check_drain_templates(settings)
     return settings
 
 
-def _check_domain_settings() -> None:
-    """Drain and soak settings (FABRICWATCH_DRAIN_*, FABRICWATCH_SOAK_*) fail at start too, in one line."""
-    from service.drains.schemas import drain_settings
-    from service.incidents.schemas import incident_settings
-
-    for prefix, read in (("DRAIN_", drain_settings), ("SOAK_", incident_settings)):
-        try:
-            read()
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            field = str(err["loc"][0]).upper() if err["loc"] else "?"
-            field = field.removeprefix("SOAK_")  # incident fields are named soak_window_s etc.
-            raise SettingsError(f"setting {ENV_PREFIX}{prefix}{field}: {err['msg']} "
-                                f"(got {err.get('input')!r})") from None
-        except ValueError as exc:  # a command template that is not JSON
-            raise SettingsError(f"setting {ENV_PREFIX}{prefix}*: {exc}") from None
+def _check_drain_templates(settings: Settings) -> None:
+    """Every drain command template rendered with sample values: an unknown placeholder fails at start-up,
+    in one line naming the setting, not mid-cycle."""
     from service.drains.executors import TemplateError, check_settings
 
-    try:  # every command template rendered with sample values: an unknown placeholder fails here, not mid-cycle
-        check_settings(drain_settings())
+    try:
+        check_settings(settings.drain)
     except TemplateError as exc:  # already one line naming the setting
         raise SettingsError(str(exc)) from None
 

@@ -18,12 +18,22 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, make_url, text
 
+from service.config import get_settings
 from service.db import dispose_engines, get_engine, normalize_url
 from service.migrate import upgrade
 
 # Webhook secrets are sealed at rest (service/notify/sealing.py): the suite runs with a fixed key
 # (base64 of b"fw-test-key-not-for-production!!"), as a deployment does; workers that tests start inherit it.
 os.environ.setdefault("FABRICWATCH_SECRETS_KEY", "ZnctdGVzdC1rZXktbm90LWZvci1wcm9kdWN0aW9uISE=")
+
+
+@pytest.fixture(autouse=True)
+def _settings_read_afresh() -> Iterator[None]:
+    """The service reads its settings once per process (get_settings); a test that sets FABRICWATCH_*
+    variables gets them read again from its first call on."""
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
 
 
 def _admin_url(url: str) -> str:

@@ -11,9 +11,13 @@ import uuid
 from pathlib import Path
 
 import psycopg
+import pytest
 from sqlalchemy import Engine, make_url, text
 
+from service.config import SettingsError, get_settings
 from service.db import normalize_url
+from service.drains.schemas import drain_settings
+from service.incidents.schemas import incident_settings
 from tests.factories import add_hosts
 from tests.paths import REPO
 
@@ -65,6 +69,21 @@ def test_drain_and_soak_settings_fail_at_start(db_url: str) -> None:
     assert done.returncode == 2 and "FABRICWATCH_DRAIN_MAX_PER_POD" in done.stderr and "'lots'" in done.stderr
     done = _cli("db", "current", env={"FABRICWATCH_DATABASE_URL": db_url, "FABRICWATCH_SOAK_WINDOW_S": "-1"})
     assert done.returncode == 2 and "FABRICWATCH_SOAK_WINDOW_S" in done.stderr
+
+
+def test_drain_and_soak_settings_come_from_the_config_file_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One Settings model, one precedence: the file's `drain:` and `soak:` groups, the environment's
+    FABRICWATCH_DRAIN_<FIELD> over them field by field (they were read from the environment alone)."""
+    cfg = tmp_path / "fw.yaml"
+    cfg.write_text("drain: {max_per_pod: 5, breaker_max: 7}\nsoak: {window_s: 600}\n")
+    monkeypatch.setenv("FABRICWATCH_CONFIG", str(cfg))
+    monkeypatch.setenv("FABRICWATCH_DRAIN_MAX_PER_POD", "3")
+    drain, soak = drain_settings(), incident_settings()
+    assert (drain.max_per_pod, drain.breaker_max, soak.window_s) == (3, 7, 600)
+    cfg.write_text("drain: {max_per_pod: 5, max_per_pdo: 1}\n")  # a typo in a group is named, not ignored
+    get_settings.cache_clear()
+    with pytest.raises(SettingsError, match="^setting FABRICWATCH_DRAIN_MAX_PER_PDO: Extra inputs"):
+        drain_settings()
 
 
 def test_command_sets_load_only_when_named() -> None:

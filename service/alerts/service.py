@@ -72,9 +72,9 @@ class AlertStateError(ValueError):
 
 def clear_cycles_setting() -> int:
     """Absent cycles before auto-resolve (FABRICWATCH_ALERT_CLEAR_CYCLES)."""
-    from service.config import load_settings
+    from service.config import get_settings
 
-    return load_settings().alert_clear_cycles
+    return get_settings().alert_clear_cycles
 
 
 def hold_down_ms(cause: str, reopens: int) -> int:

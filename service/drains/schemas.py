@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -45,12 +44,8 @@ UNSETTLED_STATUSES = (DrainStatus.EXECUTION_FAILED, DrainStatus.EXECUTION_UNKNOW
 OPEN_STATUSES = (DrainStatus.BLOCKED, DrainStatus.PENDING)
 
 
-def _env(name: str) -> str | None:
-    return os.environ.get(f"FABRICWATCH_DRAIN_{name.upper()}")
-
-
 class DrainSettings(BaseModel):
-    """Safety limits and execution plugins, from FABRICWATCH_DRAIN_* (validated at start by service.config)."""
+    """Safety limits and execution plugins: `Settings.drain` (FABRICWATCH_DRAIN_<FIELD> or `drain:` in the file)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -87,12 +82,11 @@ class DrainSettings(BaseModel):
         return v
 
 
-_FIELDS = tuple(DrainSettings.model_fields)
-
-
 def drain_settings() -> DrainSettings:
-    """DrainSettings from FABRICWATCH_DRAIN_<FIELD> environment variables (e.g. FABRICWATCH_DRAIN_MAX_PER_POD)."""
-    return DrainSettings.model_validate({f: v for f in _FIELDS if (v := _env(f)) is not None})
+    """The service's drain settings (service.config: environment over the config file)."""
+    from service.config import get_settings
+
+    return get_settings().drain
 
 
 class Target(BaseModel):

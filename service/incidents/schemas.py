@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -52,22 +51,20 @@ class PartBad(StrEnum):
 
 
 class IncidentSettings(BaseModel):
-    """Verification soak settings, from FABRICWATCH_SOAK_* (validated at start by service.config)."""
+    """Verification soak settings: `Settings.soak` (FABRICWATCH_SOAK_<FIELD> or `soak:` in the file)."""
 
-    soak_window_s: float = Field(default=3600.0, gt=0)
+    model_config = ConfigDict(extra="forbid")
+    window_s: float = Field(default=3600.0, gt=0)
     rx_power_tolerance_db: float = Field(default=1.0, gt=0)
     baseline_window_s: float = Field(default=86400.0, gt=0)   # pre-fault baseline: this long before fault_at
     min_coverage: float = Field(default=0.9, gt=0, le=1)      # share of the soak window the counters must span
 
 
 def incident_settings() -> IncidentSettings:
-    """Settings from FABRICWATCH_SOAK_WINDOW_S, _RX_POWER_TOLERANCE_DB, _BASELINE_WINDOW_S, _MIN_COVERAGE."""
-    env = {k: os.environ[f"FABRICWATCH_SOAK_{k.upper()}"] for k in
-           ("window_s", "rx_power_tolerance_db", "baseline_window_s", "min_coverage")
-           if f"FABRICWATCH_SOAK_{k.upper()}" in os.environ}
-    if "window_s" in env:
-        env["soak_window_s"] = env.pop("window_s")
-    return IncidentSettings.model_validate(env)
+    """The service's soak settings (service.config: environment over the config file)."""
+    from service.config import get_settings
+
+    return get_settings().soak
 
 
 # ---------------------------------------------------------------------------- API schemas

@@ -307,7 +307,7 @@ def verify_soak(*, conn: Connection, incident: Row[Any], at: datetime | None = N
     window, and rx power per lane within tolerance of the pre-fault baseline."""
     s = settings or incident_settings()
     end = _now(at)
-    window = timedelta(seconds=s.soak_window_s)
+    window = timedelta(seconds=s.window_s)
     start = end - window
     ports = incident_ports(conn=conn, incident=incident)
     checks: list[SoakCheck] = []
@@ -352,15 +352,15 @@ def verify_soak(*, conn: Connection, incident: Row[Any], at: datetime | None = N
         checks.append(SoakCheck(check="flaps" if flap else "counter", ok=ok, subject=p.label,
                                 message=msg if not ok else f"{p.label} {r.metric}: no {what}",
                                 numbers={"metric": r.metric, "increase": total, "unknown_steps": unknown}))
-    need = s.min_coverage * s.soak_window_s
+    need = s.min_coverage * s.window_s
     for p in ports:
         got = span.get(p.id, 0.0)
         ok = got >= need
         checks.append(SoakCheck(
             check="coverage", ok=ok, subject=p.label,
-            message=(f"{p.label} error counters cover {got / 60:.1f} of {s.soak_window_s / 60:.1f} min, "
+            message=(f"{p.label} error counters cover {got / 60:.1f} of {s.window_s / 60:.1f} min, "
                      f"need {need / 60:.1f}"),
-            numbers={"covered_s": got, "window_s": s.soak_window_s, "needed_s": need}))
+            numbers={"covered_s": got, "window_s": s.window_s, "needed_s": need}))
     # Link-state events recorded by collectors count as flaps too.
     downs = conn.execute(text(
         "SELECT port_id, count(*) FROM link_events WHERE port_id = ANY(:ports) AND state = 'down' "
@@ -371,7 +371,7 @@ def verify_soak(*, conn: Connection, incident: Row[Any], at: datetime | None = N
                                 numbers={"link_down_events": n}))
     checks.extend(_rx_power_checks(conn, incident, series, by_id, start, end, s))
     failed = [c for c in checks if not c.ok]
-    summary = ("clean: " + f"{len(checks)} checks passed over {s.soak_window_s:g} s" if not failed
+    summary = ("clean: " + f"{len(checks)} checks passed over {s.window_s:g} s" if not failed
                else "; ".join(c.message for c in failed[:5]) + (f" (+{len(failed) - 5} more)" if len(failed) > 5
                                                                 else ""))
     return SoakReport(clean=not failed, window_start=start, window_end=end, summary=summary, checks=checks)

@@ -29,10 +29,10 @@ def _csv(value: str) -> tuple[str, ...]:
 
 
 def notify_settings() -> NotifySettings:
-    """This package's settings, from service.config (environment and config file, read afresh)."""
-    from service.config import load_settings
+    """This package's settings, from service.config (environment over the config file, read once)."""
+    from service.config import get_settings
 
-    cfg = load_settings()
+    cfg = get_settings()
     return NotifySettings(
         allow=_csv(cfg.webhook_allow), deny=_csv(cfg.webhook_deny), timeout_s=cfg.webhook_timeout_s,
         max_attempts=cfg.webhook_max_attempts, backoff_base_s=cfg.webhook_backoff_base_s,

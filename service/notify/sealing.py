@@ -52,9 +52,9 @@ class Sealer:
         """The keys of FABRICWATCH_SECRETS_KEY or _FILE; a bad setting is kept as `error`, never raised here,
         so a worker with a wrong key keeps delivering what needs no key and logs why the rest fails."""
         if settings is None:
-            from service.config import load_settings
+            from service.config import get_settings
 
-            settings = load_settings()
+            settings = get_settings()
         try:
             return cls._load(settings)
         except SealError as exc:

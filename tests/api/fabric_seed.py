@@ -229,7 +229,7 @@ def seed_incident_timeline(engine: Engine, script: tuple[Fault, ...] = INCIDENT_
 
     actions = {"connector_contamination": Action.CLEAN, "flap_storm": Action.RESEAT,
                "transmitter_wearout": Action.REPLACE_LOCAL}
-    soak = IncidentSettings(soak_window_s=SOAK_S)
+    soak = IncidentSettings(window_s=SOAK_S)
     ids = []
     for f in script:
         with engine.begin() as conn:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from service.config import SettingsError, get_settings
 from service.drains import executors
 from service.drains.executors import CommandExecutor, TemplateError, WebhookExecutor, plan_commands, render
 from service.drains.schemas import DrainSettings, drain_settings
@@ -40,7 +41,8 @@ def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert s.max_per_pod == 3 and s.executor == "command"
     assert s.command_shut_port == ["/usr/local/bin/port-shut", "{device}", "{port}"]
     monkeypatch.setenv("FABRICWATCH_DRAIN_COMMAND_SHUT_PORT", "port-shut {device} {port}")
-    with pytest.raises(ValueError):
+    get_settings.cache_clear()  # settings are read once per process
+    with pytest.raises(SettingsError, match="^setting FABRICWATCH_DRAIN_COMMAND_SHUT_PORT: "):
         drain_settings()   # a shell-like string is not a template
 
 

@@ -19,7 +19,7 @@ from tests.drains.test_api import make_app
 
 END = datetime(2026, 11, 3, 12, 0, tzinfo=UTC)
 FAULT = END - timedelta(days=1)
-SOAK = IncidentSettings(soak_window_s=3600, rx_power_tolerance_db=1.0, baseline_window_s=7200, min_coverage=0.9)
+SOAK = IncidentSettings(window_s=3600, rx_power_tolerance_db=1.0, baseline_window_s=7200, min_coverage=0.9)
 A, B = ("leaf-p1-r0-01", "Ethernet1/5"), ("spine-01", "Ethernet1/1")
 
 

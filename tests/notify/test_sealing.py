@@ -16,6 +16,7 @@ from cryptography.fernet import Fernet, MultiFernet
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
+from service.config import get_settings
 from service.notify import signing
 from service.notify.outbox import deliver_due
 from service.notify.sealing import PREFIX, Sealer, SealError
@@ -116,6 +117,7 @@ def test_rotate_reseals_with_the_new_key_and_seals_plaintext_rows(db: Engine, db
         Sealer.from_settings().open(after["noc"][0], subscription="noc")  # key A alone no longer opens it
 
     monkeypatch.setenv("FABRICWATCH_SECRETS_KEY", KEY_B)  # the old key dropped
+    get_settings.cache_clear()  # settings are read once per process: as if restarted
     open_alerts(db, 1)
     deliver_due(db, settings=FAST)
     assert verified(receiver.bodies("/hook")[0], SECRET) and verified(receiver.bodies("/old")[0], SECRET + "-old")
@@ -140,6 +142,7 @@ def test_a_wrong_or_malformed_key_is_a_clear_error_not_a_crash(db: Engine, db_ur
     open_alerts(db, 1)
 
     monkeypatch.setenv("FABRICWATCH_SECRETS_KEY", KEY_C)  # a valid key, but not the one that sealed
+    get_settings.cache_clear()  # settings are read once per process: as if restarted
     counts = deliver_due(db, settings=FAST)
     assert counts == {"attempted": 2, "delivered": 1, "retry": 1}, counts
     assert receiver.bodies("/signed") == [] and len(receiver.bodies("/plain")) == 1
@@ -159,10 +162,12 @@ def test_a_wrong_or_malformed_key_is_a_clear_error_not_a_crash(db: Engine, db_ur
         "error: FABRICWATCH_SECRETS_KEY_FILE (/nonexistent/fw.key): secret file:/nonexistent/fw.key: cannot read")
 
     monkeypatch.setenv("FABRICWATCH_SECRETS_KEY", "not-a-fernet-key")
+    get_settings.cache_clear()  # settings are read once per process: as if restarted
     with db.begin() as conn:
         conn.execute(text("UPDATE webhook_outbox SET next_attempt_at = now()"))
     assert deliver_due(db, settings=FAST) == {"attempted": 1, "retry": 1}
     monkeypatch.setenv("FABRICWATCH_SECRETS_KEY", f"{KEY_C},{KEY_A}")  # the old key put back: delivered
+    get_settings.cache_clear()  # settings are read once per process: as if restarted
     with db.begin() as conn:
         conn.execute(text("UPDATE webhook_outbox SET next_attempt_at = now()"))
     assert deliver_due(db, settings=FAST) == {"attempted": 1, "delivered": 1}
