@@ -128,6 +128,10 @@ def live_url(seeded: dict[str, Any], db_url: str, monkeypatch: pytest.MonkeyPatc
         yield base
 
 
+# the statuses the page's drain queue shows (app.js)
+QUEUE = "&".join(f"status={s}" for s in ("pending", "blocked", "approved", "execution_failed", "execution_unknown"))
+
+
 def _api(db_url: str, path: str) -> Any:
     r = TestClient(make_app(load_settings(database_url=db_url, auth_required=False))).get(path)
     assert r.status_code == 200, r.text
@@ -158,7 +162,7 @@ def test_chromium_renders_alerts_map_and_drains(live_url: str, seeded: dict[str,
             and f'{e["target"]}:{e["target_port"]}' in row.group(0), e
 
     # The drain queue: each drain's reason, its safety verdict, and its alert's state where the API gives it.
-    drains = {d["id"]: d for d in _api(db_url, "/api/v1/drains?status=pending&status=blocked&status=approved")}
+    drains = {d["id"]: d for d in _api(db_url, f"/api/v1/drains?{QUEUE}")}
     assert set(drains) == set(seeded["drains"])
     for d in drains.values():
         row = re.search(rf'data-drain-id="{d["id"]}".*?</tr>', dom, re.S)
@@ -171,6 +175,25 @@ _BUTTONS = re.compile(r"<button[^>]*>(ack|approve)</button>")
 
 
 @needs_chromium
+def test_drain_queue_shows_executions_a_person_must_settle(live_url: str, seeded: dict[str, Any], engine: Engine,
+                                                           tmp_path: Path) -> None:
+    """A drain whose execution never recorded an end waits for a person: it stays in the queue, marked."""
+    drain_id = seeded["drains"][-1]
+    with engine.begin() as conn:  # the module's seeded data, not an emptied database
+        before = conn.execute(text("SELECT status FROM drain_recommendations WHERE id = :i"), {"i": drain_id}).scalar()
+        conn.execute(text("UPDATE drain_recommendations SET status = 'execution_unknown' WHERE id = :i"),
+                     {"i": drain_id})
+    try:
+        dom = chromium.run(f"{live_url}/?token={seeded['tokens']['read']}", tmp_path, "--dump-dom")
+        row = re.search(rf'data-drain-id="{drain_id}".*?</tr>', dom, re.S)
+        assert row and '<div class="state execution_unknown">execution unknown</div>' in row.group(0)
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE drain_recommendations SET status = :s WHERE id = :i"),
+                         {"s": before, "i": drain_id})
+
+
+@needs_chromium
 def test_read_only_token_sees_no_action_buttons(live_url: str, seeded: dict[str, Any], db_url: str,
                                                 tmp_path: Path) -> None:
     ro = chromium.run(f"{live_url}/?token={seeded['tokens']['read']}", tmp_path / "ro", "--dump-dom")
@@ -179,7 +202,7 @@ def test_read_only_token_sees_no_action_buttons(live_url: str, seeded: dict[str,
     assert re.search(r'<span id="who" class="who ro"[^>]*>noc-read · read only</span>', ro)
     # The same page with an operate token: one ack per firing alert, one approve per pending drain.
     op = chromium.run(f"{live_url}/?token={seeded['tokens']['operate']}", tmp_path / "op", "--dump-dom")
-    drains = _api(db_url, "/api/v1/drains?status=pending&status=blocked&status=approved")
+    drains = _api(db_url, f"/api/v1/drains?{QUEUE}")
     shown = _BUTTONS.findall(op)
     firing = _api(db_url, "/api/v1/alerts?state=firing&limit=500")["items"]
     assert shown.count("ack") == len(firing) == len(seeded["alerts"]) - 1   # the acknowledged one has none

@@ -396,7 +396,7 @@ function renderDrains() {
     return el("tr", { class: "click drain-row", "data-drain-id": d.id, onclick: () => selectPort(d.device, d.port, d.peer_device, d.peer_port) },
       el("td", { class: "mono" }, el("div", {}, d.id), el("div", { class: "muted" }, d.target_kind)),
       el("td", { class: "entc" }, entity(d)),
-      el("td", { class: "act" }, el("div", {}, d.action.replaceAll("_", " ")), el("div", { class: "state " + d.status }, d.status)),
+      el("td", { class: "act" }, el("div", {}, d.action.replaceAll("_", " ")), el("div", { class: "state " + d.status }, d.status.replaceAll("_", " "))),
       el("td", { class: "alertc" }, alertState(d)),
       el("td", { class: "fill" }, line("sum reason", d.reason, d.reason),
         line("", summary, el("span", { class: "verdict " + (v.safe ? "safe" : "unsafe") }, v.safe ? "SAFE" : "BLOCKED"), " ",
@@ -962,7 +962,9 @@ const loaders = {
   },
   async drains() {
     try {
-      state.drains = await api("/api/v1/drains?status=pending&status=blocked&status=approved&limit=200");
+      // waiting for a decision, approved, or an execution a person must settle (failed, or it never ended)
+      state.drains = await api("/api/v1/drains?status=pending&status=blocked&status=approved"
+        + "&status=execution_failed&status=execution_unknown&limit=200");
       const b = await api("/api/v1/drains/breaker").catch(() => null);
       $("breaker").textContent = b && b.tripped ? "· circuit breaker TRIPPED" : "";
     } catch (e) { if (e.status === 404) state.drains = null; else throw e; }
