@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from service.detection import attribution, rules, trends
-from service.detection.features import Features, compute, if_matrix
+from service.detection.features import Features, at_newest_event, compute, if_matrix
 from service.detection.findings import Finding
 from service.detection.forest import ModelStore
 from service.detection.state import FeatureState
@@ -108,6 +108,7 @@ class Engine:
             order = np.argsort(t[idx], kind="stable")
             st.pen["burst"].add(idx[order], t[idx][order], np.ones(len(idx)))
             f.burst_pen = st.pen["burst"].value(f.at_ms)
+            f.event_pen = at_newest_event(st)
         st.burst_ms[err] = t[err]
 
     @staticmethod

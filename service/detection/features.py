@@ -92,6 +92,7 @@ class Features:
     flap_pen: np.ndarray           # decayed counts at the cycle time (loose-module memory)
     recovery_pen: np.ndarray
     burst_pen: np.ndarray
+    event_pen: np.ndarray          # (3, P) flap, recovery, burst counts at the port's newest event (data time)
     # congestion and flow control
     tx_pause_duty: np.ndarray      # worst priority, worst rate sub-window
     tx_pause_duty_mean: np.ndarray  # worst priority, over the observation
@@ -135,6 +136,14 @@ def _worst_prio(x: np.ndarray, P: int) -> np.ndarray:
     """Per port, the largest finite value over priorities (NaN when none), clipped to [0, 1] (a duty)."""
     y = np.where(np.isfinite(x), x, -1.0).reshape(P, NPRIO).max(axis=1)
     return np.where(y < 0, np.nan, np.clip(y, 0.0, 1.0))
+
+
+def at_newest_event(st: FeatureState) -> np.ndarray:
+    """The loose-module penalties as they stood at each port's newest event: what a burst amounted to when it
+    happened, whenever a cycle reads it (a cycle 15 min later must not see it decayed below the open bar)."""
+    pens = (st.pen["flap"], st.pen["recovery"], st.pen["burst"])
+    newest = np.maximum.reduce([d.t for d in pens])
+    return np.stack([d.value(newest) for d in pens])
 
 
 def compute(st: FeatureState, at_ms: int) -> Features:
@@ -253,7 +262,7 @@ def compute(st: FeatureState, at_ms: int) -> Features:
         post_fec=post_fec, post_fec_from_fcs=post_fec_from_fcs, fcs_errors=fcs_v,
         flaps=flaps, flaps_window=flaps_window, storm_since=storm_since, recoveries=recoveries,
         flap_pen=st.pen["flap"].value(at_ms), recovery_pen=st.pen["recovery"].value(at_ms),
-        burst_pen=st.pen["burst"].value(at_ms),
+        burst_pen=st.pen["burst"].value(at_ms), event_pen=at_newest_event(st),
         tx_pause_duty=tx_pause_duty, tx_pause_duty_mean=tx_pause_duty_mean, rx_pause_duty=rx_pause_duty,
         storm_events=storm, rx_util=rx_util, rx_util_low=rx_util_low, rx_bps_low=rx_bps_low, line_known=line_known,
         ecn_frac=ecn_frac, cnp_rate=cnp_rate, pcie_width=g["gpu_pcie_link_width"].h_mean.copy(),

@@ -208,9 +208,11 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
         # loose module: link recoveries, flaps and error-burst onsets (decayed, in data time), not a storm,
         # powers normal. Recoveries and bursts >= 2 with all >= 3 open it (one burst of several recoveries,
         # or two bursts and a flap; a lone recovery or flap never); it stays open while the penalty holds
+        # (the open bar is read at the port's newest event, so a cycle that reads it later sees the same burst)
         total = f.recovery_pen + f.burst_pen + f.flap_pen
-        trigger = ((f.recovery_pen + f.burst_pen) >= 2) & (total >= 3)
-        loose = (trigger | (st.latched["loose_module"] & (total >= cfg.loose_hold_penalty))) & ~storm & ~optical
+        ev_flap, ev_rec, ev_burst = f.event_pen
+        trigger = ((ev_rec + ev_burst) >= 2) & ((ev_flap + ev_rec + ev_burst) >= 3)
+        loose = (trigger | st.latched["loose_module"]) & (total >= cfg.loose_hold_penalty) & ~storm & ~optical
         out.raw["loose_module"] = loose
         out.score["loose_module"] = total
         rec_seen = c["port_link_error_recovery_total"].seen()

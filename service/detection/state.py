@@ -321,8 +321,9 @@ class DecayedCount:
             self.v[i] = min(self.v[i] * 0.5 ** (dt / self.hl) + k, self.cap)
             self.t[i] = max(t, int(self.t[i]))
 
-    def value(self, at_ms: int) -> np.ndarray:
-        return self.v * 0.5 ** (np.maximum(at_ms - self.t, 0) / self.hl)
+    def value(self, at_ms: int | np.ndarray) -> np.ndarray:
+        """The counts decayed to `at_ms` (a time, or one per entity)."""
+        return self.v * 0.5 ** (np.maximum(np.asarray(at_ms) - self.t, 0) / self.hl)
 
 
 class EventRing:
