@@ -72,13 +72,13 @@ def test_pause_storm_signature() -> None:
     sim, fr = run({**TOPO, "faults": [{"type": "pause_storm", "device": H1, "port": "eth0", "at": "20m",
                                        "until": "40m"}]})
     duty = rate(series(sim, fr, "port_pfc_tx_pause_seconds_total", H1, "eth0"), 60)
-    assert duty[21:38].min() > 0.99 and duty[:18].max() < 0.05
+    assert duty[21:38].min() > 0.98 and duty[:18].max() < 0.05
     rxb = rate(series(sim, fr, "port_rx_bytes_total", H1, "eth0"), 60)
     assert rxb[21:38].max() < 0.02 * rxb[:18].mean()
     storm = series(sim, fr, "port_pause_storm_error_events_total", H1, "eth0")
     assert storm[38] > storm[18] and storm[18] == storm[0]
     leaf_rx = rate(series(sim, fr, "port_pfc_rx_pause_seconds_total", LEAF, "Ethernet1/1"), 60)
-    assert leaf_rx[21:38].min() > 0.99
+    assert leaf_rx[21:38].min() > 0.98
     up = rate(series(sim, fr, "port_pfc_tx_pause_seconds_total", LEAF, "Ethernet1/3"), 60)  # an uplink
     assert up[21:38].min() > 0.3
 
