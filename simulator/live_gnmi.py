@@ -39,9 +39,9 @@ def switch_leaves(ports: list[PortView]) -> dict[str, Any]:
     for v in ports:
         ifp = f"/interfaces/interface[name={v.port}]"
         for leaf, metric in _COUNTERS.items():
-            x = v.values.get(metric)
-            if _ok(x):
-                out[f"{ifp}/state/counters/{leaf}"] = int(x)
+            x = v.counter(metric)  # an int, or a Ramp the target reads off per request
+            if x is not None:
+                out[f"{ifp}/state/counters/{leaf}"] = x
         downs = v.values.get("port_link_down_events_total")
         if _ok(downs):
             out[f"{ifp}/state/counters/carrier-transitions"] = 2 * int(downs)  # each down is a down and an up

@@ -8,8 +8,14 @@ Layout under ``<base>/hosts/<host>/``:
 - ``sys/class/net/<if>/{carrier_changes,operstate,flags,speed,statistics/*}``;
 - ``ethtool/ethtool_S_<if>.txt`` (mlx5 ``*_phy`` names) and ``ethtool/ethtool_m_<if>.txt``
   (CMIS text as ethtool 6 prints it);
-- ``bin/ethtool``: a shim that prints those files, so a host agent run with
-  ``PATH=<base>/hosts/<host>/bin:$PATH`` needs no collector change.
+- while the fabric's clock runs, ``ethtool/ethtool_S_<if>.ramp`` instead of the ``.txt``: the ramp
+  times (centiseconds of /proc/uptime) on the first line, then ``name v0 v1 ...`` for each traffic
+  counter (simulator/ramp.py) and ``name v`` for the rest;
+- ``bin/ethtool``: a shim that prints those files (reading each ramp off at that moment), so a
+  host agent run with ``PATH=<base>/hosts/<host>/bin:$PATH`` needs no collector change.
+
+The sysfs counters are snapshots of each step; the collector prefers ``ethtool -S`` where both
+give a series, and there the traffic counters grow smoothly with the clock.
 
 Every file is replaced atomically (write a temp file, rename), so a reader sees the old
 or the new value, never a half-written one. Unchanged files are not rewritten.
@@ -23,6 +29,8 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from simulator.ramp import Ramp, clock
 
 if TYPE_CHECKING:
     from simulator.serve import PortView
@@ -39,6 +47,29 @@ case "$1" in
   -m) f="$dir/ethtool_m_$2.txt" ;;
   *) echo "ethtool (fabricwatch sim): only -S IF and -m IF are simulated" >&2; exit 2 ;;
 esac
+ramp="$dir/ethtool_S_$2.ramp"
+if [ "$1" = -S ] && [ -r "$ramp" ]; then
+  # traffic counters climb between steps: read each off its ramp now (simulator/ramp.py, in centiseconds)
+  read up _ < /proc/uptime
+  now=${{up%.*}}${{up#*.}}
+  {{
+    read -r times
+    echo "NIC statistics:"
+    while read -r n vals; do
+      set -- $vals
+      v=$1; pt=
+      [ $# -gt 1 ] && for t in $times; do
+        if [ "$now" -lt "$t" ]; then  # on the line from ($pt, $v) to ($t, $1); a drop shows at its end
+          [ -n "$pt" ] && [ "$1" -ge "$v" ] && v=$(( v + ($1 - v) * (now - pt) / (t - pt) ))
+          break
+        fi
+        v=$1; pt=$t; shift
+      done
+      echo "     $n: $v"
+    done
+  }} < "$ramp"
+  exit 0
+fi
 [ -r "$f" ] || {{ echo "Cannot get stats for $2: No such device" >&2; exit 1; }}
 exec cat "$f"
 """
@@ -61,6 +92,10 @@ class HostTree:
         os.replace(tmp, path)
         self._last[path] = text
 
+    def _drop(self, path: Path) -> None:
+        if self._last.pop(path, None) is not None:
+            path.unlink(missing_ok=True)
+
     def install_shim(self) -> Path:
         shim = self.root / "bin" / "ethtool"
         shim.parent.mkdir(parents=True, exist_ok=True)
@@ -74,7 +109,12 @@ class HostTree:
             nic = v.nic or f"mlx5_{v.port.removeprefix('eth')}"
             self._rdma(nic, v)
             self._net(v)
-            self._put(self.ethtool_dir / f"ethtool_S_{v.port}.txt", ethtool_stats_text(v))
+            stats = self.ethtool_dir / f"ethtool_S_{v.port}"
+            if v.times:
+                self._put(stats.with_suffix(".ramp"), ethtool_stats_ramp(v))
+            else:
+                self._drop(stats.with_suffix(".ramp"))  # a manual step is served at once
+                self._put(stats.with_suffix(".txt"), ethtool_stats_text(v))
             self._put(self.ethtool_dir / f"ethtool_m_{v.port}.txt", ethtool_module_text(v))
         return len(ports)
 
@@ -126,33 +166,60 @@ def _ints(v: PortView) -> dict[str, int]:
     return {m: int(x) for m, x in v.values.items() if m.endswith("_total") and not math.isnan(float(x))}
 
 
+# (ethtool -S name, metric, scale): mlx5 physical-port counters; FEC lanes follow the first block
+_STATS = [(n, m, 1.0) for n, m in (
+    ("rx_bytes_phy", "port_rx_bytes_total"), ("tx_bytes_phy", "port_tx_bytes_total"),
+    ("rx_packets_phy", "port_rx_packets_total"), ("tx_packets_phy", "port_tx_packets_total"),
+    ("rx_crc_errors_phy", "port_rx_fcs_errors_total"), ("rx_discards_phy", "port_rx_discards_total"),
+    ("rx_bits_phy", "port_rx_phy_bits_total"), ("rx_corrected_bits_phy", "port_fec_corrected_bits_total"),
+    ("rx_fec_corrected_blocks_phy", "port_fec_corrected_codewords_total"),
+    ("rx_fec_uncorrectable_blocks_phy", "port_fec_uncorrectable_codewords_total"),
+    ("rx_pcs_symbol_err_phy", "port_symbol_errors_total"), ("link_down_events_phy", "port_link_down_events_total"))]
+_PFC = [  # PFC on priority 3; pause durations in microseconds
+    ("rx_prio3_pause", "port_pfc_rx_pause_frames_total", 1.0),
+    ("rx_prio3_pause_duration", "port_pfc_rx_pause_seconds_total", 1e6),
+    ("tx_prio3_pause", "port_pfc_tx_pause_frames_total", 1.0),
+    ("tx_prio3_pause_duration", "port_pfc_tx_pause_seconds_total", 1e6),
+    ("tx_pause_storm_warning_events", "port_pause_storm_warning_events_total", 1.0),
+    ("tx_pause_storm_error_events", "port_pause_storm_error_events_total", 1.0),
+]
+
+
+def ethtool_stats_rows(v: PortView) -> list[tuple[str, int | Ramp]]:
+    """`ethtool -S` rows as mlx5 names them: physical-port counters, FEC per lane, PFC on priority 3."""
+    rows = [(n, v.counter(m, scale=k)) for n, m, k in _STATS]
+    rows += [(f"rx_err_lane_{ln}_phy", v.counter("port_fec_lane_errors_total", ln))
+             for ln in sorted(v.lanes.get("port_fec_lane_errors_total", {}))]
+    for n, m, k in _PFC:
+        x = v.counter(m, scale=k)
+        rows.append((n, 0 if x is None and n.endswith("_duration") else x))  # mlx5 always prints durations
+    return [(n, x) for n, x in rows if x is not None]
+
+
 def ethtool_stats_text(v: PortView) -> str:
-    """`ethtool -S` as mlx5 prints it: physical-port counters, FEC per lane, PFC on priority 3."""
-    c = _ints(v)
-    rows = [
-        ("rx_bytes_phy", c.get("port_rx_bytes_total")), ("tx_bytes_phy", c.get("port_tx_bytes_total")),
-        ("rx_packets_phy", c.get("port_rx_packets_total")), ("tx_packets_phy", c.get("port_tx_packets_total")),
-        ("rx_crc_errors_phy", c.get("port_rx_fcs_errors_total")),
-        ("rx_discards_phy", c.get("port_rx_discards_total")),
-        ("rx_bits_phy", c.get("port_rx_phy_bits_total")),
-        ("rx_corrected_bits_phy", c.get("port_fec_corrected_bits_total")),
-        ("rx_fec_corrected_blocks_phy", c.get("port_fec_corrected_codewords_total")),
-        ("rx_fec_uncorrectable_blocks_phy", c.get("port_fec_uncorrectable_codewords_total")),
-        ("rx_pcs_symbol_err_phy", c.get("port_symbol_errors_total")),
-        ("link_down_events_phy", c.get("port_link_down_events_total")),
-    ]
-    for ln, x in sorted(v.lanes.get("port_fec_lane_errors_total", {}).items()):
-        rows.append((f"rx_err_lane_{ln}_phy", int(x)))
-    us = {m: float(x) for m, x in v.values.items() if m.endswith("_seconds_total")}
-    rows += [
-        ("rx_prio3_pause", c.get("port_pfc_rx_pause_frames_total")),
-        ("rx_prio3_pause_duration", int(round(us.get("port_pfc_rx_pause_seconds_total", 0) * 1e6))),
-        ("tx_prio3_pause", c.get("port_pfc_tx_pause_frames_total")),
-        ("tx_prio3_pause_duration", int(round(us.get("port_pfc_tx_pause_seconds_total", 0) * 1e6))),
-        ("tx_pause_storm_warning_events", c.get("port_pause_storm_warning_events_total")),
-        ("tx_pause_storm_error_events", c.get("port_pause_storm_error_events_total")),
-    ]
-    return "NIC statistics:\n" + "".join(f"     {n}: {x}\n" for n, x in rows if x is not None)
+    """`ethtool -S` as mlx5 prints it, with the step's values."""
+    rows = ethtool_stats_rows(v)
+    return "NIC statistics:\n" + "".join(f"     {n}: {x.values[-1] if isinstance(x, Ramp) else x}\n"
+                                          for n, x in rows)
+
+
+def ethtool_stats_ramp(v: PortView) -> str:
+    """The `.ramp` file the shim reads `ethtool -S` from while the clock runs."""
+    head = " ".join(str(int(t * 100)) for t in v.times)
+    return head + "\n" + "".join(f"{n} {' '.join(map(str, x.values)) if isinstance(x, Ramp) else x}\n"
+                                  for n, x in ethtool_stats_rows(v))
+
+
+def ramp_stats_text(ramp: str, now: float) -> str:
+    """What the shim prints for a `.ramp` file at ramp-clock time `now` (s): each counter read off then."""
+    head, *rows = ramp.splitlines()
+    times = tuple(int(x) / 100 for x in head.split())
+    out = []
+    for row in rows:
+        name, *vals = row.split()
+        x = Ramp(times, tuple(map(int, vals))).at(now) if len(vals) > 1 else vals[0]
+        out.append(f"     {name}: {x}\n")
+    return "NIC statistics:\n" + "".join(out)
 
 
 def _mw(dbm: float) -> str:
@@ -199,6 +266,9 @@ def ethtool_runner(ethtool_dir: Path) -> Runner:
         from collectors.base import CollectError
 
         if len(cmd) == 3 and Path(cmd[0]).name == "ethtool" and cmd[1] in ("-S", "-m"):
+            ramp = ethtool_dir / f"ethtool_S_{cmd[2]}.ramp"
+            if cmd[1] == "-S" and ramp.is_file():
+                return ramp_stats_text(ramp.read_text(), clock())
             f = ethtool_dir / f"ethtool_{cmd[1][1]}_{cmd[2]}.txt"
             if f.is_file():
                 return f.read_text()

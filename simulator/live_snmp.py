@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from collectors import snmp_oids as O
+from simulator.ramp import Ramp, clock
 
 if TYPE_CHECKING:
     from simulator.serve import PortView
@@ -41,14 +42,13 @@ _OK, _UNAVAILABLE = 1, 2
 
 
 def _counter(v: PortView, metric: str, bits: int = 64) -> Cell | None:
-    x = v.values.get(metric)
-    if x is None or (isinstance(x, float) and math.isnan(x)):
+    x = v.counter(metric)
+    if x is None:
         return None
-    n = int(x)
-    own = v.bits.get(metric)
-    if bits == 32 or own == 32:
-        return "Counter32", n & _U32
-    return "Counter64", n
+    kind = "Counter32" if bits == 32 or v.bits.get(metric) == 32 else "Counter64"
+    if isinstance(x, Ramp):
+        return kind, x  # read off when asked (_Instrum._vb)
+    return kind, x & _U32 if kind == "Counter32" else x
 
 
 def _sensor(cells: dict[Oid, Cell], ent: int, stype: int, scale: int, prec: int, value: float) -> None:
@@ -178,28 +178,56 @@ class OidTable:
         return k, self.cells[k]
 
 
+# a manager quiet this long has finished its walk; its next request starts a new one
+WALK_GAP_S = 1.0
+
+
 class _Instrum:
-    """What pysnmp's command responders call instead of a MIB tree: reads from the current table."""
+    """What pysnmp's command responders call instead of a MIB tree: reads from the current table.
+
+    The traffic counters of one walk are read at the moment the walk began (its manager's first
+    request), as an agent that refreshes its counter cache every few seconds serves a walk from one
+    cache. A collector stamps the whole walk with its start, and a walk that takes a second or two
+    on a busy machine would otherwise read its later tables well after that stamp.
+    """
 
     def __init__(self, types: dict[str, Callable[[Any], Any]], exc: Any) -> None:
         self.table = OidTable({})
         self._types, self._exc = types, exc
+        self._walks: dict[Any, tuple[float, float]] = {}  # manager address -> (walk began, last request)
 
-    def _vb(self, name: Oid, cell: Cell | None, missing: Any) -> tuple[Any, Any]:
+    def _walk_time(self, ctx: dict[str, Any]) -> float:
+        now = clock()
+        try:
+            request = ctx["snmpEngine"].observer.get_execution_context("rfc3412.receiveMessage:request")
+            manager = tuple(request["transportAddress"])
+        except (KeyError, TypeError, AttributeError):
+            return now
+        began, last = self._walks.get(manager, (now, -math.inf))
+        if now - last > WALK_GAP_S:
+            began = now
+            self._walks = {m: w for m, w in self._walks.items() if now - w[1] <= WALK_GAP_S}  # forget old walks
+        self._walks[manager] = (began, now)
+        return began
+
+    def _vb(self, name: Oid, cell: Cell | None, missing: Any, at: float) -> tuple[Any, Any]:
         oid = self._types["ObjectName"](name)
         if cell is None:
             return oid, missing
-        return oid, self._types[cell[0]](cell[1])
+        value = cell[1]
+        if isinstance(value, Ramp):  # a traffic counter: its value when the walk began
+            value = value.at(at) & _U32 if cell[0] == "Counter32" else value.at(at)
+        return oid, self._types[cell[0]](value)
 
-    def read_variables(self, *var_binds: Any, **_ctx: Any) -> list[tuple[Any, Any]]:
-        t = self.table
-        return [self._vb(tuple(n), t.get(tuple(n)), self._exc.noSuchInstance) for n, _ in var_binds]
+    def read_variables(self, *var_binds: Any, **ctx: Any) -> list[tuple[Any, Any]]:
+        t, at = self.table, self._walk_time(ctx)
+        return [self._vb(tuple(n), t.get(tuple(n)), self._exc.noSuchInstance, at) for n, _ in var_binds]
 
-    def read_next_variables(self, *var_binds: Any, **_ctx: Any) -> list[tuple[Any, Any]]:
-        t, out = self.table, []
+    def read_next_variables(self, *var_binds: Any, **ctx: Any) -> list[tuple[Any, Any]]:
+        t, at, out = self.table, self._walk_time(ctx), []
         for n, _ in var_binds:
             hit = t.next(tuple(n))
-            out.append(self._vb(*hit, None) if hit else self._vb(tuple(n), None, self._exc.endOfMibView))
+            out.append(self._vb(*hit, None, at) if hit else self._vb(tuple(n), None, self._exc.endOfMibView, at))
         return out
 
     def write_variables(self, *var_binds: Any, **_ctx: Any) -> list[tuple[Any, Any]]:

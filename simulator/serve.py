@@ -9,9 +9,11 @@ and after each step publishes the state through every protocol:
 
 Data time runs at ``start + elapsed * speedup`` so a demo can pass hours of a fault in
 minutes. Collectors stamp samples with their own (wall) poll time, as against real
-devices; data time only drives the physics. ``base_dir`` receives ``inventory.yaml``
-(endpoints pointing at the live ports), ``ground_truth.json`` (with each onset also in
-wall time) and ``hosts/<host>/``.
+devices, so data time drives faults, workload and events, while the traffic counters grow
+by the wall seconds each step stands for: a rate read against the stamps is physical at any
+speedup. Between steps they climb smoothly (simulator/ramp.py). ``base_dir`` receives
+``inventory.yaml`` (endpoints pointing at the live ports), ``ground_truth.json`` (with each
+onset also in wall time) and ``hosts/<host>/``.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from service.inventory.schemas import Inventory
 from simulator.live_gnmi import switch_leaves
 from simulator.live_host import HostTree
 from simulator.live_snmp import SnmpAgents, switch_table
+from simulator.ramp import Ramp, clock, settle
 from simulator.scenarios import Scenario, load_scenario
-from simulator.telemetry import FabricSim, Frame, make_sim, resolve_inventory
+from simulator.telemetry import EVENT_COUNTERS, FabricSim, Frame, make_sim, resolve_inventory
 from simulator.topology import TopologyParams, write_inventory
 
 COMMUNITY_ENV = "FW_SIM_COMMUNITY"
@@ -39,6 +42,8 @@ DEFAULT_COMMUNITY = "fabricwatch-sim"
 # 2 rails x 1 leaf, 2 spines, 4 hosts with 2 NICs: 4 switches, 12 links, 24 ports.
 SMALL = TopologyParams(shape="rail-optimized", hosts=4, gpus_per_host=2, nics_per_host=2, hosts_per_leaf=4,
                        spines=2, host_speed_gbps=400, fabric_speed_gbps=400, seed=7)
+# how far back a ramp still answers for (simulator/live_snmp.py reads a walk at its start)
+RAMP_HISTORY_S = 5.0
 # which protocol the inventory names per switch role; every switch serves both
 DEFAULT_PROTOCOLS = {"leaf": "snmp", "spine": "gnmi", "core": "gnmi"}
 
@@ -58,6 +63,27 @@ class PortView:
     values: dict[str, float | int] = field(default_factory=dict)
     lanes: dict[str, dict[int, float | int]] = field(default_factory=dict)
     bits: dict[str, int] = field(default_factory=dict)
+    # while the clock runs: ramp times (this step last) and this port's values at the earlier points
+    times: tuple[float, ...] = ()
+    past: tuple[dict[str, float | int], ...] = ()
+    lanes_past: tuple[dict[str, dict[int, float | int]], ...] = ()
+
+    def counter(self, metric: str, lane: int | None = None, scale: float = 1.0) -> int | Ramp | None:
+        """A counter as served (x `scale`): None if absent, a Ramp for a traffic counter while the clock
+        runs, else the step's value."""
+        def get(values: dict[str, float | int], lanes: dict[str, dict[int, float | int]]) -> float | int | None:
+            x = values.get(metric) if lane is None else lanes.get(metric, {}).get(lane)
+            return None if x is None or x != x else x  # absent or NaN
+
+        now = get(self.values, self.lanes)
+        if now is None:
+            return None
+        if not self.times or metric in EVENT_COUNTERS:
+            return int(round(now * scale))
+        points = [x for v, ln in zip(self.past, self.lanes_past, strict=True) if (x := get(v, ln)) is not None]
+        if len(points) < len(self.past):  # not there at every point: served as it is
+            return int(round(now * scale))
+        return Ramp(self.times, tuple(int(round(x * scale)) for x in [*points, now]))
 
 
 def frame_views(sim: FabricSim, frame: Frame, static: list[dict[str, Any]]) -> list[PortView]:
@@ -138,7 +164,14 @@ class LiveFabric:
         self._clock: threading.Thread | None = None
         self._offset = 0.0
         self._t: float | None = None
-        self._wall0 = time.monotonic()
+        self._wall0 = clock()
+        # while the clock runs: the points (ramp-clock time, views) the traffic counters climb through, and
+        # how far behind the steps the climbs run, so a step that costs more than the last one finds its
+        # predecessor's climb still going (steps 1 s apart may then take up to 1 s together, unnoticed)
+        self._ramp_points: list[tuple[float, list[PortView]]] = []
+        self._ramp_lag = 2 * tick_s if tick_s else 0.0
+        self._ramp_at = 0.0
+        self._publish_costs: list[float] = [0.0]  # seconds from a step's ramp to the end of its publishing
         self.wall_start = time.time()
         self._uptime0 = time.monotonic()
         self._last_oper: dict[tuple[str, str], bool] = {}
@@ -162,7 +195,7 @@ class LiveFabric:
             if gnmi:
                 for d in self.switches:
                     port, _ = self._stack.enter_context(
-                        serve_gnmi(lambda d=d: self._leaves[d], max_workers=8))
+                        serve_gnmi(lambda d=d: self._served_leaves(d), max_workers=8))
                     self.gnmi_ports[d] = port
             if host:
                 for h in self.hosts:
@@ -171,7 +204,7 @@ class LiveFabric:
                     self._trees[h] = tree
                     self.host_dirs[h] = tree.root
             first = max(self.tick_s or 1.0, 1.0) * self.speedup  # the first interval ends at `start`
-            self._step(self.start, first)
+            self._step(self.start, first, first / self.speedup, at=self._wall0 if self.tick_s else None)
             self._write_inventory()
             self._write_truth()
             if self.tick_s:
@@ -197,8 +230,9 @@ class LiveFabric:
 
     # -- time
 
-    def data_time(self, wall_monotonic: float | None = None) -> float:
-        now = time.monotonic() if wall_monotonic is None else wall_monotonic
+    def data_time(self, at: float | None = None) -> float:
+        """Data time at ramp-clock time `at` (default now)."""
+        now = clock() if at is None else at
         return self.start + (now - self._wall0) * self.speedup + self._offset
 
     @property
@@ -207,31 +241,42 @@ class LiveFabric:
         return self._t
 
     def advance(self, data_seconds: float) -> Frame:
-        """Step now, `data_seconds` of data time after the last step (tests, manual demos)."""
+        """Step now, `data_seconds` of data time after the last step (tests, manual demos).
+
+        Counters grow by `data_seconds / speedup` seconds of traffic and are served at once."""
         with self._lock:
             assert self._t is not None
             self._offset += data_seconds  # keep the clock from stepping back over this interval
-            return self._step_locked(self._t + data_seconds, data_seconds)
+            return self._step_locked(self._t + data_seconds, data_seconds, data_seconds / self.speedup)
 
     def _run_clock(self) -> None:
         assert self.tick_s
         while not self._stop.wait(self.tick_s):
             with self._lock:
-                t = self.data_time()
+                now = clock()
+                t = self.data_time(now)
                 if self._t is not None and t - self._t >= 1e-3:
-                    self._step_locked(t, t - self._t)
+                    # counters carry the wall seconds since the last step, at the rates of its data time
+                    self._step_locked(t, t - self._t, (t - self._t) / self.speedup, at=now)
 
-    def _step(self, t: float, dt: float) -> Frame:
+    def _step(self, t: float, dt: float, span: float, at: float | None = None) -> Frame:
         with self._lock:
-            return self._step_locked(t, dt)
+            return self._step_locked(t, dt, span, at)
 
     # -- one step, published everywhere
 
-    def _step_locked(self, t: float, dt: float) -> Frame:
+    def _step_locked(self, t: float, dt: float, span: float, at: float | None = None) -> Frame:
+        """One step: `dt` data seconds of physics, counters grown by `span` seconds of traffic.
+
+        `at`: the ramp-clock time the step stands for (the clock's steps): its traffic counters are
+        served climbing over `span` seconds. None (a manual step): served at once.
+        """
         t0 = time.perf_counter()
-        frame = self.sim.step(t, dt)
+        frame = self.sim.step(t, dt, span)
         self._t = t
         views = frame_views(self.sim, frame, self._static)
+        ramped = clock()
+        self._ramp(views, span, at, ramped)
         self.views = views
         ticks = int((time.monotonic() - self._uptime0) * 100)
         for d in self.switches:
@@ -247,8 +292,41 @@ class LiveFabric:
                 self._leaves[d] = switch_leaves(pv)
         for h, tree in self._trees.items():
             tree.write([views[i] for i in self._dev_ports[h]])
+        self._publish_costs = [*self._publish_costs[-7:], clock() - ramped]
         self.step_costs.append(time.perf_counter() - t0)
         return frame
+
+    def _ramp(self, views: list[PortView], span: float, at: float | None, now: float) -> None:
+        """Give each view its ramp: a climb of `span` seconds up to this step's values, `_ramp_lag` after
+        the step before it was taken, but never before the climb still going ends, nor before this step
+        is published everywhere (until then the previous ramp is served, flat past its end: twice the
+        longest recent publishing is allowed for). So nothing already served changes and a counter does
+        not jump, however late a step comes; a late step only leaves a flat stretch. `at` None (a
+        manual step): served at once."""
+        points = self._ramp_points
+        if at is None or not points:
+            points[:] = [(now, views)]
+            self._ramp_at = at or 0.0
+            if at is None:
+                return
+        else:
+            start = max(points[-1][0], now + 2 * max(self._publish_costs), self._ramp_at + self._ramp_lag)
+            self._ramp_at = at
+            if start > points[-1][0]:
+                points.append((start, points[-1][1]))  # the flat stretch since the last climb ended
+            points.append((start + span, views))
+            while len(points) > 1 and points[1][0] <= now - RAMP_HISTORY_S:
+                del points[0]  # read no more (an SNMP walk reads at its start: a few seconds back at most)
+        times = tuple(p[0] for p in points)
+        for i, v in enumerate(views):
+            v.times = times
+            v.past = tuple(p[1][i].values for p in points[:-1])
+            v.lanes_past = tuple(p[1][i].lanes for p in points[:-1])
+
+    def _served_leaves(self, device: str) -> dict[str, Any]:
+        """A switch's gNMI leaves as of now: ramped counters read off the clock."""
+        now = clock()
+        return {k: settle(v, now) for k, v in self._leaves[device].items()}
 
     def view(self, device: str, port: str) -> PortView:
         """The latest published state of one port (what the endpoints serve now)."""
