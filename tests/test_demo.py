@@ -58,6 +58,14 @@ def test_demo_shows_an_alert_and_stops_cleanly(tmp_path: Path) -> None:
             time.sleep(3)
         assert alerts and drains, log.read_text()[-3000:]
         assert alerts[0]["action"] and alerts[0]["evidence"]
+        # the KPI tab's figures are physically possible (issue #21: leaf utilisation read ~300 %)
+        kpis = httpx.get(f"http://127.0.0.1:{port}/api/v1/kpis", params={"scope": "leaf", "step": 60},
+                         headers=h, timeout=60).json()
+        util = [p["utilization_mean"] for p in kpis["utilization"] if p["utilization_mean"] is not None]
+        duty = [p[k] for p in kpis["congestion"] for k in ("pfc_rx_pause_duty", "pfc_tx_pause_duty")
+                if p[k] is not None]
+        assert util and max(util) > 0.05 and duty, kpis
+        assert max(util) <= 1.0 and max(duty) <= 1.0, kpis
         page = httpx.get(f"http://127.0.0.1:{port}/")
         assert page.status_code == 200 and "fabricwatch" in page.text
     finally:
