@@ -11,6 +11,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+STOP_TIMEOUT_S = 45
+
 
 @contextlib.contextmanager
 def worker_process(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
@@ -18,7 +20,9 @@ def worker_process(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[
 
     On exit, SIGTERM to its main process only: Celery's warm shutdown lets running tasks finish and stops
     the pool processes and beat itself (a SIGTERM to the group would kill the pool's tasks midway). Then
-    SIGKILL to the group, for anything it left or if it did not stop in time.
+    SIGKILL to the group, for anything it left or if it did not stop in time. In time is 45 s: a pool process
+    that finished a task just as the shutdown began waits up to 30 s for its result to be read (billiard's
+    _ensure_messages_consumed), which the main process, already joining the pool, no longer does.
     """
     with log.open("ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "service.cli", "worker", "--beat"],
@@ -28,7 +32,7 @@ def worker_process(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[
     finally:
         proc.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(20)
+            proc.wait(STOP_TIMEOUT_S)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(5)
