@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from alembic import context
 
 from service.config import get_settings
@@ -12,13 +14,16 @@ config = context.config
 target_metadata = Base.metadata
 
 
-# Tables that kombu (broker on PostgreSQL) and Celery's result backend create for themselves,
-# and the daily sample partitions: not ours to autogenerate.
-_FOREIGN = ("kombu_", "celery_", "samples_p")
+# Tables that kombu (broker on PostgreSQL) and Celery's result backend create for themselves, and the
+# partitions that maintenance creates and drops (samples_p20261201, rollup_5m_p20261201): not ours to
+# autogenerate, nor drift for `alembic check`.
+_FOREIGN = ("kombu_", "celery_")
+_PARTITION = re.compile(r"\w+_p\d{8}")
 
 
 def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
-    return not (type_ == "table" and reflected and name is not None and name.startswith(_FOREIGN))
+    return not (type_ == "table" and reflected and name is not None
+                and (name.startswith(_FOREIGN) or _PARTITION.fullmatch(name) is not None))
 
 
 def _url() -> str:
