@@ -37,6 +37,7 @@ from typing import Any
 from kombu.transport import TRANSPORT_ALIASES
 from kombu.transport import sqlalchemy as kombu_sqla
 from sqlalchemy import URL, make_url
+from sqlalchemy.exc import IntegrityError
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,17 @@ class _SQLAChannel(kombu_sqla.Channel):
             return super()._engine_from_config()
         finally:
             client.transport_options = full
+
+
+    def _get_or_create(self, queue: str) -> Any:
+        # kombu's check-then-insert is guarded by a lock within one process only: when the worker, its
+        # pool processes and beat declare a new queue together, the loser's INSERT is a unique violation,
+        # which kombu lets through and which stopped beat. The queue exists then: read it.
+        try:
+            return super()._get_or_create(queue)
+        except IntegrityError:
+            self.session.rollback()
+            return self.session.query(self.queue_cls).filter(self.queue_cls.name == queue).one()
 
 
 class SQLATransport(kombu_sqla.Transport):
