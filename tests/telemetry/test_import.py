@@ -500,7 +500,7 @@ def test_pushes_follow_the_inventory_after_a_device_is_removed_and_added_again(c
         conn.execute(text("DELETE FROM devices WHERE name = :h"), {"h": host})
     # rejections are never cached; a push that stores nothing says so
     assert f"2 name devices not in the inventory (load it first: fabricwatch inventory load FILE): {host}" in \
-        push(5, 400)["reason"]
+        push(5, 422)["reason"]
     add_hosts(db, 1, ports=2, prefix="cache")
     assert push(6)["written"] == 2
     after = stored()
