@@ -69,34 +69,41 @@ def _secs(ms: int | np.ndarray) -> np.ndarray:
 
 
 def observe_history(hit: np.ndarray, t: np.ndarray, latched: np.ndarray, raw: np.ndarray, fresh: np.ndarray,
-                    at_ms: int, k: int, n: int, window_ms: int, now: np.ndarray | None = None
+                    at_ms: int, k: int, n: int, window_ms: int, now: np.ndarray | None = None,
+                    count: np.ndarray | None = None, hits: np.ndarray | None = None
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Shift this cycle's condition into the history of entities observed now; (firing, holding, count).
+    """Shift this cycle's observations into the history of entities observed now; (firing, holding, count).
 
     `hit`/`t` (entities x HIST) are the newest observations, newest last; only `fresh` entities shift, so a
-    cycle without new data neither counts as "absent" nor ages the history. Firing: held in >= k of the last n
-    observations that are within `window_ms` of data time; holding: fired before and held at least once in
-    them. `now` marks conditions strong enough to fire on one observation.
+    cycle without new data neither counts as "absent" nor ages the history. `count` (default 1) is how many
+    observations the cycle brought per entity (polls of a level), `hits` how many of them held (default: all,
+    if `raw`), pushed misses first. Firing: held in >= k of the last n observations that are within
+    `window_ms` of data time; holding: fired before and held at least once in them. `now` marks conditions
+    strong enough to fire on one observation.
     """
     H = hit.shape[1]
     sec = int(_secs(at_ms))
-    if fresh.any():
-        hit[fresh, :-1] = hit[fresh, 1:]
-        hit[fresh, -1] = raw[fresh]
-        t[fresh, :-1] = t[fresh, 1:]
-        t[fresh, -1] = sec
+    m = fresh.astype(np.int64) if count is None else np.where(fresh, np.clip(count, 1, n), 0)
+    h = np.where(raw, m, 0) if hits is None else np.clip(np.where(raw, hits, 0), 0, m)
+    for c in np.unique(m[m > 0]).tolist():
+        rows = np.flatnonzero(m == c)
+        hit[rows, :H - c] = hit[rows, c:]
+        t[rows, :H - c] = t[rows, c:]
+        t[rows, H - c:] = sec
+        hit[rows, H - c:] = np.arange(c)[None, :] >= (c - h[rows])[:, None]  # the misses first, then the hits
     recent = (t[:, H - n:] >= np.uint32(max(sec - window_ms // 1000, 0))) & (t[:, H - n:] > 0)
-    count = (hit[:, H - n:] & recent).sum(axis=1)
-    firing = count >= k
+    count_now = (hit[:, H - n:] & recent).sum(axis=1)
+    firing = count_now >= k
     if now is not None:
         firing |= now & raw & fresh
-    holding = latched & ~firing & (count >= 1)
-    latched[:] = (latched | firing) & (count >= 1)
-    return firing, holding, count
+    holding = latched & ~firing & (count_now >= 1)
+    latched[:] = (latched | firing) & (count_now >= 1)
+    return firing, holding, count_now
 
 
 def persist(st: FeatureState, raw: dict[str, np.ndarray], fresh: dict[str, np.ndarray],
-            obs_ms: dict[str, np.ndarray], at_ms: int, now: dict[str, np.ndarray] | None = None
+            obs_ms: dict[str, np.ndarray], at_ms: int, now: dict[str, np.ndarray] | None = None,
+            polls: dict[str, np.ndarray] | None = None, hits: dict[str, np.ndarray] | None = None
             ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Persistence per condition over observations; returns (firing, holding, effective raw) and keeps onsets.
 
@@ -111,7 +118,8 @@ def persist(st: FeatureState, raw: dict[str, np.ndarray], fresh: dict[str, np.nd
         st.last_raw[kind][fr] = r[fr]
         eff[kind] = r
         firing[kind], holding[kind], count = observe_history(
-            st.obs_hit[kind], st.obs_t[kind], st.latched[kind], r, fr, at_ms, k, n, win, now.get(kind))
+            st.obs_hit[kind], st.obs_t[kind], st.latched[kind], r, fr, at_ms, k, n, win, now.get(kind),
+            (polls or {}).get(kind), (hits or {}).get(kind))
         # onset: the data time of the observation where the condition first held, kept while any of its recent
         # observations held or its finding is open
         on = st.onset[kind]
@@ -208,7 +216,9 @@ class Builder:
         return ev
 
     # -- optical ----------------------------------------------------------------------------
-    def optical(self, p: int, state: str) -> None:
+    def optical(self, p: int, state: str, kind: str = "optical_degradation") -> None:
+        """The optical finding of receiver p (`kind`: post_fec_errors when it carries a post-FEC alert that the
+        optics now explain, so that alert keeps its identity and takes the optical cause)."""
         f, fab, cfg = self.f, self.fab, self.st.cfg
         lanes = np.arange(fab.lane_off[p], fab.lane_off[p + 1])
         deg = lanes[self.cond.lane_deg[lanes]] if self.cond.lane_deg is not None else lanes[:0]
@@ -227,13 +237,18 @@ class Builder:
             tx_fault = explained or ptx_min <= -cfg.tx_drop_db or pbias_max >= cfg.bias_drift_frac
             prx = f.peer_rx_delta[deg]
             both = bool(np.isfinite(prx).any() and np.nanmin(prx) <= -cfg.rx_drop_db)
-            jit = f.rx_jitter[deg]
-            others = np.setdiff1d(lanes, deg)
-            jit_ref = np.nanmedian(f.rx_jitter[others]) if len(others) and np.isfinite(f.rx_jitter[others]).any() \
-                else 0.15
-            # wobble: the degraded lanes move from sample to sample clearly more than the port's other lanes
+            # wobble: since the drop, the degraded lanes moved from reading to reading clearly more than the
+            # port's other lanes over the same readings (the temperature drift all lanes share cancels, at any
+            # optics poll), over enough readings to tell; until then, stable
+            wn = self.st.wob_n[lanes]
+            wmean = np.where(wn > 0, self.st.wob_sum[lanes] / np.maximum(wn, 1), np.nan)
+            in_deg = np.isin(lanes, deg)
+            jit = wmean[in_deg]
+            others = wmean[~in_deg]
+            jit_ref = np.nanmedian(others) if np.isfinite(others).any() else 0.15
             jmax = np.nanmax(jit) if np.isfinite(jit).any() else np.nan
-            wobble = bool(np.isfinite(jmax) and jmax >= cfg.wobble_db and jmax - jit_ref >= 0.12)
+            enough = int(wn[in_deg].min()) >= cfg.wobble_min_readings
+            wobble = bool(enough and np.isfinite(jmax) and jmax >= cfg.wobble_db and jmax - jit_ref >= 0.12)
         ttw = self.st.lane_trend["ttt_warn"][deg]
         tta = self.st.lane_trend["ttt_alarm"][deg]
         slope = self.st.lane_trend["rx_slope"][deg] * 24
@@ -268,20 +283,20 @@ class Builder:
             summary = (f"transmitter wear-out at {pdev}:{pport}: rx at {dev}:{port} {lane_txt} down "
                        f"{-drop if np.isfinite(drop) else 0:.1f} dB with the far tx down/bias up; replace the "
                        f"module at {pdev}:{pport}{when}")
-            self.add("optical_degradation", p, Cause.TX_WEAROUT, sev, Action.REPLACE_PEER, state,
+            self.add(kind, p, Cause.TX_WEAROUT, sev, Action.REPLACE_PEER, state,
                      self.cond.score["optical_degradation"][p], summary, end="peer", ttt=ttt, evidence=ev,
                      fault_port=q)
         elif wobble or both:
             why = "both directions" if both else "wobbling"
             summary = (f"fiber damage on {dev}:{port} {lane_txt}: rx down {-drop if np.isfinite(drop) else 0:.1f} dB, "
                        f"{why}, far tx normal; replace the cable{when}")
-            self.add("optical_degradation", p, Cause.FIBER, sev, Action.REPLACE_CABLE, state,
+            self.add(kind, p, Cause.FIBER, sev, Action.REPLACE_CABLE, state,
                      self.cond.score["optical_degradation"][p], summary, scope="link", ttt=ttt, evidence=ev)
         else:
             summary = (f"connector contamination at {dev}:{port} {lane_txt}: rx down "
                        f"{-drop if np.isfinite(drop) else 0:.1f} dB, stable, far tx normal; clean the connectors"
                        f"{when}")
-            self.add("optical_degradation", p, Cause.CONTAMINATION, sev, Action.CLEAN, state,
+            self.add(kind, p, Cause.CONTAMINATION, sev, Action.CLEAN, state,
                      self.cond.score["optical_degradation"][p], summary, ttt=ttt, evidence=ev)
 
 
@@ -454,6 +469,16 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
         waiting = (rx_ts > 0) & (rx_ts < st.onset["ber_degradation"]) & (at_ms - rx_ts <= st.cfg.stale_ms)
         # and a BER rise with the rx already down (the optical condition awaiting its persistence) is optical
         active["ber_degradation"] = active["ber_degradation"] & ~waiting & ~st.last_raw["optical_degradation"]
+    # post-FEC errors that alerted before the optics were read (counters every 5 min, DOM every 15) and that the
+    # rx drop now explains keep their alert, with the optical cause, instead of giving way to a second one
+    carried: set[int] = set()
+    if "post_fec_errors" in active and "optical_degradation" in active:
+        on_pf, on_opt = st.onset["post_fec_errors"], st.onset["optical_degradation"]
+        first = active["post_fec_errors"] & st.last_raw["optical_degradation"] & (on_pf > 0) & \
+            ((on_opt == 0) | (on_pf < on_opt))
+        carried = set(np.flatnonzero(first).tolist())
+        active["optical_degradation"] = active["optical_degradation"] & ~first
+        active["post_fec_errors"] = active["post_fec_errors"] | first
     # one cause, one alert: hide kinds explained by another active kind on the same port
     for k, hides in EXPLAINS.items():
         if k in active:
@@ -497,8 +522,8 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
                 b.optical(p, state)
                 continue
             if kind == "post_fec_errors":
-                if cond.raw["optical_degradation"][p]:  # the optics explain the errors: name their cause
-                    b.optical(p, state)
+                if st.last_raw["optical_degradation"][p]:  # the optics explain the errors: name their cause
+                    b.optical(p, state, kind="post_fec_errors" if p in carried else "optical_degradation")
                     continue
                 copper = bool(fab.copper[p])
                 summary, ev = _summary(b, kind, p)

@@ -29,7 +29,7 @@ class Engine:
         cfg, fab = st.cfg, st.fabric
         st.settle(at_ms)
         f = compute(st, at_ms)
-        fresh, obs_ms = rules.fresh_kinds(st)
+        fresh, obs_ms, polls, fec_polls = rules.fresh_kinds(st)
         self._bursts(st, f, fresh, obs_ms)
         if st.next_bucket_ms is None:
             st.next_bucket_ms = (at_ms // cfg.trend_bucket_ms + 1) * cfg.trend_bucket_ms
@@ -54,7 +54,13 @@ class Engine:
         obs_ms["flap_storm"] = f.storm_since
         obs_ms["link_down"] = st.down_since
         obs_ms["loose_module"] = np.maximum.reduce([d.t for d in st.pen.values()])
-        firing, holding, eff = attribution.persist(st, cond.raw, fresh, obs_ms, at_ms, cond.now)
+        began = st.onset["optical_degradation"] == 0
+        firing, holding, eff = attribution.persist(st, cond.raw, fresh, obs_ms, at_ms, cond.now, polls,
+                                                   {"post_fec_errors": fec_polls})
+        began &= st.onset["optical_degradation"] > 0
+        if began.any():  # a new optical episode: its wobble is measured from the drop on
+            lanes = np.isin(fab.lane_port, np.flatnonzero(began))
+            st.wob_sum[lanes], st.wob_n[lanes] = 0.0, 0
         st.blocked, st.degraded = cond.blocked, cond.degraded
         physical_now = np.zeros(fab.P, bool)
         for k in attribution.PHYSICAL_RAW:

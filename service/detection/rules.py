@@ -38,6 +38,11 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "anomaly": ("optic_rx_power_dbm", "optic_tx_bias_amperes", "port_fec_corrected_bits_total", "port_pre_fec_ber",
                 "optic_pre_fec_ber"),
 }
+# Rules whose condition is a level of per-poll readings: a cycle that brought m polls of their inputs (a cycle
+# longer than the poll) is m observations of it, so persistence takes the same data time whatever the cycle
+# step. Post-FEC counts the polls with errors among them. The rest (ratios of counters, several inputs at
+# different cadences) count one observation per cycle: their per-poll truth is not in the cycle's sums.
+PER_POLL = ("optical_degradation", "dom_threshold", "bias_drift", "host_side", "post_fec_errors")
 # Rules evaluated on data-time state every cycle (a flap ring, decayed penalties, a run of down readings):
 # their inputs carry their own time, so each cycle is an observation.
 TIMED = ("flap_storm", "loose_module", "link_down")
@@ -69,13 +74,18 @@ def _per_port(st: FeatureState, metric: str, x: np.ndarray) -> np.ndarray:
     return x
 
 
-def fresh_kinds(st: FeatureState) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Per rule: (P,) ports whose inputs brought new data this cycle, and that data's newest sample time."""
+def fresh_kinds(st: FeatureState) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray],
+                                           np.ndarray]:
+    """Per rule: (P,) ports whose inputs brought new data this cycle, that data's newest sample time, and how many
+    observations it is (PER_POLL rules: the polls, the fewest among its fresh inputs; others 1); and the polls
+    with post-FEC errors."""
     P = st.fabric.P
     fresh: dict[str, np.ndarray] = {}
     obs_ms: dict[str, np.ndarray] = {}
+    polls: dict[str, np.ndarray] = {}
     port_fresh: dict[str, np.ndarray] = {}
     port_ts: dict[str, np.ndarray] = {}
+    port_n: dict[str, np.ndarray] = {}
     for metrics in INPUTS.values():
         for m in metrics:
             if m in port_fresh:
@@ -86,19 +96,32 @@ def fresh_kinds(st: FeatureState) -> tuple[dict[str, np.ndarray], dict[str, np.n
                 fm = np.zeros(len(track.last_ts), bool)
             port_fresh[m] = _per_port(st, m, fm)
             ts = np.where(fm, track.last_ts, 0)
+            n = st.polls_m.get(m, np.zeros(len(fm), np.int32))
+            if len(n) != len(fm):
+                n = np.zeros(len(fm), np.int32)
             if AXIS[m] == "lane":
-                port_ts[m] = seg_reduce(np.maximum, ts.astype(float), st.fabric.lane_off, 0.0).astype(np.int64)
+                off = st.fabric.lane_off
+                port_ts[m] = seg_reduce(np.maximum, ts.astype(float), off, 0.0).astype(np.int64)
+                port_n[m] = seg_reduce(np.maximum, n.astype(float), off, 0.0).astype(np.int64)
             elif AXIS[m] == "prio":
                 port_ts[m] = ts.reshape(-1, NPRIO).max(axis=1)
+                port_n[m] = n.reshape(-1, NPRIO).max(axis=1)
             else:
-                port_ts[m] = ts
+                port_ts[m], port_n[m] = ts, n.astype(np.int64)
     for kind, metrics in INPUTS.items():
         fresh[kind] = np.zeros(P, bool)
         obs_ms[kind] = np.zeros(P, np.int64)
+        fewest = np.full(P, np.iinfo(np.int64).max)
         for m in metrics:
             fresh[kind] |= port_fresh[m]
             obs_ms[kind] = np.maximum(obs_ms[kind], port_ts[m])
-    return fresh, obs_ms
+            fewest = np.where(port_fresh[m], np.minimum(fewest, port_n[m]), fewest)
+        polls[kind] = np.where(fresh[kind], np.maximum(fewest, 1), 0) if kind in PER_POLL else \
+            fresh[kind].astype(np.int64)
+    nz = np.zeros(P, np.int64)
+    for m in INPUTS["post_fec_errors"]:
+        nz = np.maximum(nz, st.nz_m.get(m, np.zeros(P, np.int32)))
+    return fresh, obs_ms, polls, np.minimum(nz, polls["post_fec_errors"])
 
 
 def polled(st: FeatureState) -> np.ndarray:

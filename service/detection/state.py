@@ -198,7 +198,8 @@ class CounterTrack:
     much data time: the worst (`pk`) and best (`lo`) sub-window of the cycle, so that a short burst inside a long
     window is seen at the same strength whatever the poll and cycle steps."""
 
-    BASE = ("last", "last_ts", "bits", "sat", "acc", "acc_ms", "unknown", "h_acc", "h_ms", "h_ts")
+    BASE = ("last", "last_ts", "bits", "sat", "acc", "acc_ms", "acc_n", "acc_nz", "unknown", "h_acc", "h_ms",
+            "h_ts")
     SUB = ("s_acc", "s_ms", "pk", "lo", "h_pk", "h_lo")
 
     def __init__(self, n: int, sub_ms: int = 0) -> None:
@@ -209,6 +210,8 @@ class CounterTrack:
         self.sat = np.zeros(n, bool)
         self.acc = np.zeros(n)
         self.acc_ms = np.zeros(n, np.int64)
+        self.acc_n = np.zeros(n, np.int32)      # known steps (polls) this cycle
+        self.acc_nz = np.zeros(n, np.int32)     # ... of which with an increase
         self.unknown = np.zeros(n, np.int32)    # steps whose increase could not be known
         self.h_acc = np.full(n, np.nan)
         self.h_ms = np.zeros(n, np.int64)
@@ -247,6 +250,8 @@ class CounterTrack:
                                                                           ts[known])
         self.acc[k_idx] += k_inc
         self.acc_ms[k_idx] += k_dt
+        self.acc_n[k_idx] += 1
+        self.acc_nz[k_idx] += (k_inc > 0).astype(np.int32)
         if self.sub_ms:
             self.s_acc[k_idx] += k_inc
             self.s_ms[k_idx] += k_dt
@@ -297,6 +302,8 @@ class CounterTrack:
     def roll(self) -> None:
         self.acc[:] = 0
         self.acc_ms[:] = 0
+        self.acc_n[:] = 0
+        self.acc_nz[:] = 0
         if self.sub_ms:
             self.pk[:] = -np.inf
             self.lo[:] = np.inf
@@ -496,7 +503,8 @@ class Config:
     bias_slope_frac_per_day: float = 0.015
     ber_margin_dec: float = 1.0           # pre-FEC BER within 1 decade of the FEC limit
     ber_jump_dec: float = 1.5             # pre-FEC BER above its own baseline by this many decades
-    wobble_db: float = 0.25               # EW mean |successive rx difference| on the degraded lanes
+    wobble_db: float = 0.25               # mean |successive rx difference| on the degraded lanes since the drop
+    wobble_min_readings: int = 3          # ... over this many differences since the drop (fewer: called stable)
     trend_slope_db_per_day: float = 0.1
     ttt_warn_hours: float = 14 * 24.0
     shared_frac: float = 0.3
@@ -566,8 +574,14 @@ class FeatureState:
             else:
                 self.gauges[m] = GaugeTrack(n, m in GAUGE_MINMAX)
         self.fresh_m: dict[str, np.ndarray] = {m: np.zeros(0, bool) for m in AXIS}  # set by settle()
+        self.polls_m: dict[str, np.ndarray] = {}   # readings (gauges) / known steps (counters) this cycle
+        self.nz_m: dict[str, np.ndarray] = {}      # counters: steps with an increase this cycle
         self.rx_jitter = np.full(L, np.nan)           # mean |successive rx difference| (wobble)
         self.rx_jitter_n = np.zeros(L, np.int32)      # differences in it so far
+        # the same since the port's optical condition began (reset then): the fiber-vs-contamination test
+        # compares lanes over the same readings after the drop, whatever the optics poll
+        self.wob_sum = np.zeros(L)
+        self.wob_n = np.zeros(L, np.int32)
         self.base = {"rx": RobustBaseline(L, 0.1), "tx": RobustBaseline(L, 0.05),
                      "bias": RobustBaseline(L, 1e-4), "logber": RobustBaseline(P, 0.1),
                      "temp": RobustBaseline(P, 0.5)}
@@ -679,6 +693,8 @@ class FeatureState:
             j = np.nan_to_num(self.rx_jitter[i2], nan=0.0)
             self.rx_jitter[i2] = j + np.maximum(1.0 / n, 0.05) * (d - j)
             self.rx_jitter_n[i2] = np.minimum(n, 1 << 20)
+            self.wob_sum[i2] += d
+            self.wob_n[i2] += 1
         gt.put(idx, ts, val)
 
     def _events(self, metric: str, idx: np.ndarray, ts: np.ndarray, inc: np.ndarray, dt: np.ndarray) -> None:
@@ -736,6 +752,10 @@ class FeatureState:
         stale = self.cfg.stale_ms
         for m, t in (*self.gauges.items(), *self.counters.items()):
             self.fresh_m[m] = t.settle(at_ms, stale)
+        for m, g in self.gauges.items():
+            self.polls_m[m] = g.w_n.copy()
+        for m, c in self.counters.items():
+            self.polls_m[m], self.nz_m[m] = c.acc_n.copy(), c.acc_nz.copy()
         return self.fresh_m
 
     def roll(self) -> None:
@@ -772,6 +792,7 @@ class FeatureState:
     # -- persistence -------------------------------------------------------------------------
     def _arrays(self) -> dict[str, np.ndarray]:
         a: dict[str, np.ndarray] = {"rx_jitter": self.rx_jitter, "rx_jitter_n": self.rx_jitter_n,
+                                    "wob_sum": self.wob_sum, "wob_n": self.wob_n,
                                     "flagged": self.flagged,
                                     "down_since": self.down_since, "down_from_up": self.down_from_up,
                                     "flap_t": self.flaps.t}

@@ -120,3 +120,45 @@ def test_pause_duty_per_sub_window_sees_a_short_storm_in_a_long_cycle() -> None:
             out += d.cycle()
     f = firing(out, "pause_storm")
     assert f and {(x.device, x.port) for x in f} == {("h2", "eth0")}
+
+
+def test_a_cycle_longer_than_the_poll_counts_each_poll() -> None:
+    """Counters and PCIe gauges every 5 min, one cycle every 15 min: a level held in 3 polls is 3 observations,
+    so the PCIe downgrade (3 of 5) and a post-FEC trickle in every poll (2 of 3) fire on the first cycle after
+    they began, as at 5 min cycles; a post-FEC error in one poll of the three does not (1 of 3)."""
+    d = Driver(step_ms=300_000)
+    for _ in range(4):
+        for _ in range(3):
+            d.step()
+        d.cycle()
+    q, p, r = d.port("h3", "eth1"), d.port("h1", "eth2"), d.port("h2", "eth3")
+    d.pcie[q] = 8
+    err = np.zeros(d.fab.P)
+    err[p] = 5
+    for k in range(3):
+        e = err.copy()
+        e[r] = 5 if k == 1 else 0
+        d.step(inc={"port_fec_uncorrectable_codewords_total": e})
+    out = d.cycle()
+    fired = {(f.kind, f.device, f.port) for f in firing(out)}
+    assert fired == {("host_side", "h3", "eth1"), ("post_fec_errors", "h1", "eth2")}
+
+
+def test_post_fec_before_the_optics_are_read_keeps_its_alert_and_takes_the_optical_cause() -> None:
+    """A 5 dB dirty connector loses frames at once; counters every 5 min see it before the 15 min DOM poll does.
+    The post-FEC alert pages first; when the rx reading comes, the same alert (same fingerprint) names the cause
+    (contamination, clean the connectors) instead of a second, optical alert opening beside it."""
+    from tests.detection.simfeed import T0 as T0_S
+    from tests.detection.simfeed import Recording
+
+    spec = {"seed": 7, "topology": {"shape": "two-tier", "hosts": 8, "pods": 2, "nics_per_host": 4,
+                                    "gpus_per_host": 4, "hosts_per_leaf": 16, "spines": 2,
+                                    "optics_mix": {"400G-DR4": 1.0}},
+            "faults": [{"type": "dirty_connector", "device": "leaf-p1-01", "port": "Ethernet1/2", "lanes": [1],
+                        "drop_db": 5.0, "at": "50m"}]}
+    out = Recording(spec, 100 * 60, step=60).replay(300, 900, 60)
+    alarms = [f for f in out if f.severity.value != "info"]
+    assert {f.fingerprint for f in alarms} == {"post_fec_errors/leaf-p1-01:Ethernet1/2"}
+    first, last = alarms[0], alarms[-1]
+    assert first.cause.value == "post_fec_errors" and first.at_ms < (T0_S + 60 * 60) * 1000
+    assert last.cause.value == "connector_contamination" and last.action.value == "clean_connectors"
