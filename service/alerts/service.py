@@ -50,7 +50,9 @@ MIN = 60_000
 # grows with the alert's reopens in the last REOPEN_MEMORY_MS, like link-flap dampening: + HOLD_STEP_MS *
 # (2^reopens - 1), at most HOLD_MAX_MS.
 HOLD_DOWN_MS = {"loose_module": 30 * MIN, "post_fec_errors": 15 * MIN, "unknown_physical": 15 * MIN,
-                "shared_component": 15 * MIN, "nic_pause_storm": 10 * MIN}
+                "shared_component": 15 * MIN, "nic_pause_storm": 10 * MIN,
+                # optics may be read every 15 min, and a dirty connector or a bent fiber does not heal in minutes
+                "connector_contamination": 30 * MIN, "fiber_damage": 30 * MIN, "transmitter_wearout": 30 * MIN}
 HOLD_STEP_MS = 5 * MIN
 HOLD_MAX_MS = 240 * MIN
 REOPEN_MEMORY_MS = 24 * 60 * MIN

@@ -15,6 +15,7 @@ from service.notify.service import create_subscription
 from tests.alerts import STEP, T0, finding
 
 LOOPBACK = __import__("service.notify", fromlist=["NotifySettings"]).NotifySettings(allow=("127.0.0.0/8",))
+QUICK = Cause.MODULE_ALARM  # a cause with no hold-down of its own: these tests watch clear_cycles at work
 
 
 @pytest.fixture()
@@ -56,7 +57,7 @@ def test_hysteresis_holding_keeps_absent_resolves_and_reopen_keeps_history(db: E
     seq = ["firing", "holding", None, "holding", None, None, None, "holding", "firing"]
     log = []
     for i, st in enumerate(seq):
-        cs = cycle(db, i, *([finding(state=st, at_ms=T0 + i * STEP)] if st else []))
+        cs = cycle(db, i, *([finding(state=st, at_ms=T0 + i * STEP, cause=QUICK)] if st else []))
         log.append([c.event for c in cs.changes])
     assert log == [["opened"], [], [], [], [], [], ["resolved"], [], ["reopened"]]
     with db.connect() as conn:
@@ -118,7 +119,7 @@ def test_silence_mutes_notifications_but_keeps_history_then_lets_go(db: Engine, 
                                                     {"name": "severity", "value": "page"}],
                                starts_at=ms_to_dt(T0), ends_at=ms_to_dt(T0 + 2 * STEP), created_by="alice",
                                comment="optics swap")
-    f, other = finding(), finding(device="leaf-03")
+    f, other = finding(cause=QUICK), finding(device="leaf-03", cause=QUICK)
     cycle(db, 0, f, other)
     cycle(db, 1, f, other)
     with db.connect() as conn:
@@ -209,7 +210,7 @@ def test_listener_sees_changes_in_the_same_transaction(db: Engine) -> None:
 
 
 def _storm(i: int, flaps: int, state: str = "firing") -> Finding:
-    return finding(kind="flap_storm", state=state, at_ms=T0 + i * STEP, score=float(flaps),
+    return finding(kind="flap_storm", state=state, at_ms=T0 + i * STEP, score=float(flaps), cause=Cause.FLAP_STORM,
                    summary=f"link flap storm on leaf-01:Ethernet1/1: {flaps} flaps in one poll step",
                    evidence=[Evidence("flaps_per_window", float(flaps), baseline=0.0, unit="per 75 s")])
 
@@ -274,12 +275,12 @@ def test_reopens_lengthen_the_hold_down_and_do_not_page_within_the_repeat_interv
     i = 0
     waits = []
     for _ in range(4):
-        cycle(db, i, finding(at_ms=T0 + i * STEP))
+        cycle(db, i, finding(at_ms=T0 + i * STEP, cause=QUICK))
         last = i
         i = absent_until_resolved(i + 1)
         waits.append(i - last)
         i += 1
-    # contamination has no hold-down of its own: clear_cycles (3 min), then 5, 15 and 35 min after 1-3 reopens
+    # a module alarm has no hold-down of its own: clear_cycles (3 min), then 5, 15 and 35 min after 1-3 reopens
     assert waits == [3, 5, 15, 35]
     with db.connect() as conn:
         a = conn.execute(text("SELECT id, episode FROM alerts")).one()
@@ -290,22 +291,30 @@ def test_reopens_lengthen_the_hold_down_and_do_not_page_within_the_repeat_interv
 
 
 def test_a_reopen_after_the_repeat_interval_pages_again(db: Engine, sub: int) -> None:
-    cycle(db, 0, finding())
+    cycle(db, 0, finding(cause=QUICK))
     for i in (1, 2, 3):
         cycle(db, i)
     later = 4 * 60 + 5  # 4 h 5 min after the first page
-    cs = cycle(db, later, finding(at_ms=T0 + later * STEP))
+    cs = cycle(db, later, finding(at_ms=T0 + later * STEP, cause=QUICK))
     assert cs.reopened and cs.notifications == 1
     assert [m["event"] for m in outbox(db)] == ["firing", "resolved", "firing"]
 
 
 def test_a_muted_reopen_pages_when_its_repeat_interval_ends_if_it_still_fires(db: Engine, sub: int) -> None:
-    cycle(db, 0, finding())
+    cycle(db, 0, finding(cause=QUICK))
     for i in (1, 2, 3):
         cycle(db, i)
     for i in range(4, 4 * 60 + 1):  # back at 4 min and firing on: muted until 4 h after the first page
-        cs = cycle(db, i, finding(at_ms=T0 + i * STEP))
+        cs = cycle(db, i, finding(at_ms=T0 + i * STEP, cause=QUICK))
         assert cs.notifications == (1 if i == 4 * 60 else 0), i
     with db.connect() as conn:
         (aid,) = conn.execute(text("SELECT id FROM alerts")).scalars()
         assert history(conn, aid) == ["opened", "resolved", "reopened", "unmuted"]
+
+
+def test_an_optical_alert_waits_two_optics_polls_before_it_resolves(db: Engine, sub: int) -> None:
+    """A dirty connector does not heal in minutes, and optics may be read every 15 min: its alert resolves 30 min
+    (data time) after its finding was last seen, not after 3 one-minute cycles."""
+    cycle(db, 0, finding())  # cause connector_contamination
+    resolved = [i for i in range(1, 40) if cycle(db, i).resolved]
+    assert resolved == [30]
