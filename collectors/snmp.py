@@ -39,7 +39,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol, TypeVar
 
@@ -231,23 +231,26 @@ def _interfaces(cells: Cells, rule: PortRule) -> _Interfaces:
     return out
 
 
-def _port_samples(cells: Cells, ifs: _Interfaces, device: str, ts_ms: int) -> list[Sample]:
+def _port_samples(cells: Cells, ifs: _Interfaces, device: str, ts_ms: int,
+                  read_ms: Mapping[Oid, int]) -> list[Sample]:
     out: list[Sample] = []
 
-    def col(entry: Oid, c: int) -> dict[Oid, tuple[str, int]]:
-        return cells.typed_ints((*entry, c))
+    def col(entry: Oid, c: int) -> tuple[dict[Oid, tuple[str, int]], int]:
+        return cells.typed_ints((*entry, c)), read_ms.get((*entry, c), ts_ms)
 
-    def counter(metric: str, column: dict[Oid, tuple[str, int]]) -> None:
-        for idx, (typ, v) in column.items():
+    def counter(metric: str, column: tuple[dict[Oid, tuple[str, int]], int]) -> None:
+        cells_, at = column
+        for idx, (typ, v) in cells_.items():
             port = ifs.ports.get(idx[0]) if len(idx) == 1 else None
             if port:
-                out.append(Sample(metric, float(v), ts_ms, device, port=port, counter_bits=COUNTER_BITS.get(typ)))
+                out.append(Sample(metric, float(v), at, device, port=port, counter_bits=COUNTER_BITS.get(typ)))
 
-    def gauge(metric: str, column: dict[Oid, tuple[str, int]], conv: Any) -> None:
-        for idx, (_, v) in column.items():
+    def gauge(metric: str, column: tuple[dict[Oid, tuple[str, int]], int], conv: Any) -> None:
+        cells_, at = column
+        for idx, (_, v) in cells_.items():
             port = ifs.ports.get(idx[0]) if len(idx) == 1 else None
             if port:
-                out.append(Sample(metric, float(conv(v)), ts_ms, device, port=port))
+                out.append(Sample(metric, float(conv(v)), at, device, port=port))
 
     gauge("port_oper_up", col(O.IF_ENTRY, O.IF_OPER), lambda v: v == 1)
     gauge("port_admin_up", col(O.IF_ENTRY, O.IF_ADMIN), lambda v: v == 1)
@@ -262,16 +265,16 @@ def _port_samples(cells: Cells, ifs: _Interfaces, device: str, ts_ms: int) -> li
     counter("port_rx_fcs_errors_total", col(O.DOT3_ENTRY, O.DOT3_FCS_ERRORS))
     for metric, parts in (("port_rx_packets_total", (O.IFX_HC_IN_UCAST, O.IFX_HC_IN_MCAST, O.IFX_HC_IN_BCAST)),
                           ("port_tx_packets_total", (O.IFX_HC_OUT_UCAST, O.IFX_HC_OUT_MCAST, O.IFX_HC_OUT_BCAST))):
-        ucast, *others = [col(O.IFX_ENTRY, c) for c in parts]
+        (ucast, at), *others = [col(O.IFX_ENTRY, c) for c in parts]
         summed: dict[Oid, tuple[str, int]] = {}
         for idx, (typ, v) in ucast.items():
             bits = COUNTER_BITS.get(typ, 64)
-            for other in others:
+            for other, _ in others:
                 if idx in other:
                     bits = min(bits, COUNTER_BITS.get(other[idx][0], 64))
                     v += other[idx][1]
             summed[idx] = ("Counter64" if bits == 64 else "Counter32", v)
-        counter(metric, summed)
+        counter(metric, (summed, at))
     return out
 
 
@@ -316,17 +319,19 @@ def _chassis_text(value: Value) -> str:
 
 
 def samples_from_varbinds(varbinds: list[Varbind], *, device: str, ts_ms: int, port_pattern: str | None = None,
-                          management_ports: Sequence[str] = (), groups: Sequence[str] | None = None) -> Mapped:
+                          management_ports: Sequence[str] = (), groups: Sequence[str] | None = None,
+                          read_ms: Mapping[Oid, int] | None = None) -> Mapped:
     """(oid, type, value) triples -> canonical samples, LLDP neighbours and warnings.
 
     Pure: the same code maps a live poll and a recorded walk. Unknown OIDs are ignored.
     `groups` are the poll groups asked for (None: all); only their blind spots are reported.
+    Interface samples take their column's time in `read_ms` (when the agent answered), others `ts_ms`.
     """
     cells = Cells(varbinds)
     dialect = dialect_of(cells)
     rule = PortRule(dialect, re.compile(port_pattern) if port_pattern else None, frozenset(management_ports))
     ifs = _interfaces(cells, rule)
-    samples = _port_samples(cells, ifs, device, ts_ms)
+    samples = _port_samples(cells, ifs, device, ts_ms, read_ms or {})
     want = set(GROUPS if groups is None else groups)
     if "optics" in want:
         samples += optic_samples(cells, device=device, ts_ms=ts_ms, ifindex_port=ifs.ports,
@@ -465,8 +470,10 @@ class _Bulk(Protocol):
 
 
 async def walk_columns(bulk: _Bulk, columns: Sequence[Oid], *, max_repetitions: int,
-                       max_varbinds: int) -> list[Varbind]:
-    """Walk table columns side by side with GETBULK until each leaves its subtree."""
+                       max_varbinds: int, read_ms: dict[Oid, int] | None = None) -> list[Varbind]:
+    """Walk table columns side by side with GETBULK until each leaves its subtree.
+
+    `read_ms` gets, per column, the wall time its first response arrived: when the agent read it."""
     out: list[Varbind] = []
     last: dict[Oid, Oid] = {c: c for c in columns}
     rows = 0
@@ -475,6 +482,10 @@ async def walk_columns(bulk: _Bulk, columns: Sequence[Oid], *, max_repetitions: 
         width = len(cols)
         reps = max(1, min(max_repetitions, max_varbinds // width))
         err_stat, err_idx, vbs = await bulk([last[c] for c in cols], reps)
+        if read_ms is not None:
+            arrived = int(time.time() * 1000)
+            for c in cols:
+                read_ms.setdefault(c, arrived)
         where = dotted(cols[0]) if width == 1 else f"{dotted(cols[0])} (+{width - 1} columns)"
         if err_stat:
             bad = dotted(cols[err_idx - 1]) if 0 < err_idx <= width else where
@@ -567,7 +578,8 @@ def _community(target: Target) -> str:
     return community
 
 
-async def _walk_v2c(target: Target, columns: list[list[Oid]], reps: int, max_vbs: int) -> list[Varbind]:
+async def _walk_v2c(target: Target, columns: list[list[Oid]], reps: int, max_vbs: int,
+                    read_ms: dict[Oid, int]) -> list[Varbind]:
     """v2c: requests encoded and responses decoded by snmp_ber (through snmp_v2c), no pysnmp."""
     session = V2cSession(target.address, target.port or 161, _community(target),
                          timeout_s=target.timeout_s, retries=target.retries)
@@ -588,13 +600,14 @@ async def _walk_v2c(target: Target, columns: list[list[Oid]], reps: int, max_vbs
     try:
         async with session:
             for cols in columns:
-                out += await walk_columns(bulk, cols, max_repetitions=reps, max_varbinds=max_vbs)
+                out += await walk_columns(bulk, cols, max_repetitions=reps, max_varbinds=max_vbs, read_ms=read_ms)
     except OSError as exc:  # address resolution or socket setup
         raise SnmpFailure(f"cannot reach {target.address}:{target.port or 161}: {exc}") from None
     return out
 
 
-async def _walk_v3(target: Target, columns: list[list[Oid]], reps: int, max_vbs: int) -> list[Varbind]:
+async def _walk_v3(target: Target, columns: list[list[Oid]], reps: int, max_vbs: int,
+                   read_ms: dict[Oid, int]) -> list[Varbind]:
     """v3 authPriv: entirely pysnmp (USM, engine discovery, decryption, decoding)."""
     import pysnmp.hlapi.v3arch.asyncio as hl  # heavy import, only when polling v3
 
@@ -615,7 +628,7 @@ async def _walk_v3(target: Target, columns: list[list[Oid]], reps: int, max_vbs:
 
     out: list[Varbind] = []
     for cols in columns:
-        out += await walk_columns(bulk, cols, max_repetitions=reps, max_varbinds=max_vbs)
+        out += await walk_columns(bulk, cols, max_repetitions=reps, max_varbinds=max_vbs, read_ms=read_ms)
     return out
 
 
@@ -638,7 +651,7 @@ def walk_plan(groups: Sequence[str], poll_groups: Sequence[str] | None) -> list[
     return plan
 
 
-async def _poll(target: Target, now_ms: int) -> Mapped:
+async def _poll(target: Target) -> Mapped:
     groups = target.params.get("groups") or list(O.DEFAULT_GROUPS)
     unknown = [g for g in groups if g not in O.WALK_GROUPS]
     if unknown:
@@ -649,24 +662,30 @@ async def _poll(target: Target, now_ms: int) -> Mapped:
     max_vbs = int(target.params.get("max_varbinds") or DEFAULT_MAX_VARBINDS)
     width = int(target.params.get("max_columns") or DEFAULT_MAX_COLUMNS)
     columns = [cols[i:i + width] for cols in columns for i in range(0, len(cols), width)]
+    # Samples are stamped when the agent answered, not when the poll was queued: a poll that waited
+    # seconds for a worker or a socket would otherwise turn the same counter delta into a wrong rate.
+    read_ms: dict[Oid, int] = {}
     if _version(target) == "2c":
-        varbinds = await _walk_v2c(target, columns, reps, max_vbs)
+        varbinds = await _walk_v2c(target, columns, reps, max_vbs, read_ms)
     else:
-        varbinds = await _walk_v3(target, columns, reps, max_vbs)
-    return samples_from_varbinds(varbinds, device=target.device, ts_ms=now_ms,
+        varbinds = await _walk_v3(target, columns, reps, max_vbs, read_ms)
+    first_answer = min(read_ms.values(), default=int(time.time() * 1000))
+    return samples_from_varbinds(varbinds, device=target.device, ts_ms=first_answer, read_ms=read_ms,
                                  port_pattern=target.params.get("port_pattern"),
                                  management_ports=target.params.get("management_ports") or (),
                                  groups=None if poll_groups is None else list(poll_groups))
 
 
 async def collect_snmp_async(target: Target, *, now_ms: int) -> CollectResult:
-    """Poll one target. Every failure becomes CollectResult.error; nothing is raised."""
+    """Poll one target. Every failure becomes CollectResult.error; nothing is raised.
+
+    `now_ms` (when the poll was due) does not stamp the samples: they carry when the agent answered."""
     t0 = time.monotonic()
     res = CollectResult(target=target.name)
     where = f"snmp target {target.name} ({target.address}:{target.port or 161})"
     deadline = float(target.params.get("deadline_s") or DEFAULT_DEADLINE_S)
     try:
-        mapped = await asyncio.wait_for(_poll(target, now_ms), timeout=deadline)
+        mapped = await asyncio.wait_for(_poll(target), timeout=deadline)
         res.samples, res.neighbors, res.warnings = mapped.samples, mapped.neighbors, mapped.warnings
         if not mapped.samples:
             res.warnings.append(f"{where}: the agent answered but no canonical metric was found")

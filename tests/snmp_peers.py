@@ -14,8 +14,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from service.telemetry.samples import Sample
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "snmp"
@@ -155,3 +157,8 @@ def silent_udp_socket() -> tuple[socket.socket, int]:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("127.0.0.1", 0))
     return s, int(s.getsockname()[1])
+
+
+def unstamped(sample: Sample) -> str:
+    """A sample without its time, to compare a live poll (stamped when the agent answered) with a recording."""
+    return repr(replace(sample, ts_ms=0))

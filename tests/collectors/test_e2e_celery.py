@@ -93,11 +93,12 @@ def _status(db: Engine) -> dict[str, tuple]:
 
 
 def _collections(db: Engine, device: str) -> int:
-    """How many distinct poll times stored for the device (one per collection)."""
+    """How many collections stored for the device: the most samples of any one of its series."""
     with db.connect() as conn:
         return conn.execute(text(
-            "SELECT count(DISTINCT x.ts) FROM samples x JOIN series s ON s.id = x.series_id "
-            "JOIN devices d ON d.id = s.device_id WHERE d.name = :d"), {"d": device}).scalar_one()
+            "SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM samples x JOIN series s ON s.id = x.series_id "
+            "JOIN devices d ON d.id = s.device_id WHERE d.name = :d GROUP BY s.id) per_series"),
+            {"d": device}).scalar_one()
 
 
 def test_worker_and_beat_collect_into_postgres(db: Engine, worker_env: dict[str, str],
