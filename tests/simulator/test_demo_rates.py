@@ -143,9 +143,9 @@ def test_live_clock_rates_stay_physical(tmp_path: Path, community: None) -> None
     """The running clock (as in the demo, sped up to pass the faults quickly), polled as the worker polls.
 
     gNMI samples carry the time the target read its counters, so there the rate over the stamps must
-    stay within line rate exactly. SNMP and host samples are stamped when the poll starts; for them the
-    counters can't have grown by more than the line rate carries between the first poll's start and
-    the second poll's end.
+    stay within line rate exactly. SNMP samples are stamped when the agent answered and host samples when
+    the poll starts, while the served counters move in ticks; for them the counters can't have grown by
+    more than the line rate carries between the first poll's start and the second poll's end.
     """
     with serve_fabric(DEMO_SCENARIO, start=T0, speedup=90, base_dir=tmp_path, tick_s=0.5,
                       host_root=tmp_path / "hosts") as fab:
