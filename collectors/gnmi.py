@@ -219,8 +219,12 @@ def discover(stub: gnmi_pb2_grpc.gNMIStub, target: Target, *, now_ms: int, deadl
         if miss in ps.ties:
             continue  # a device without the component tree: names are the fallback
         model = _MODEL_OF.get(schema_of(miss).split("/")[0])
-        hint = f" (the target does not advertise {model})" if caps and model and caps.models \
-            and not any(m.endswith(model) for m in caps.models) else ""
+        hint = ""
+        if caps and model and caps.models and not any(m.endswith(model) for m in caps.models):
+            # a NOS's own variant (Stratum: openconfig-interfaces-stratum) is worth naming
+            variants = [m for m in caps.models if m.startswith(model + "-")]
+            hint = f" (the target advertises {', '.join(variants)}, not {model})" if variants \
+                else f" (the target does not advertise {model})"
         refused = next((r.split(": ", 1)[1] for r in found.rejected if r.startswith(miss + ": ")), None)
         why = f"; as written: {refused}" if refused else ""
         problems.append(f"{miss}: nothing answered, as written, with wildcard keys or at a parent prefix{hint}{why}")

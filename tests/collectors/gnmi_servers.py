@@ -6,11 +6,21 @@ and our simulator does not: a request path matches only as an exact prefix of a 
 (`/interfaces/interface` matches `/interfaces/interface[name=x]/...`, the key-less
 `/interfaces/interface/state/counters` matches nothing), streams are SAMPLE or ON_CHANGE for the
 whole subscription list, it sends an empty notification as a heartbeat, and floats go out as
-float_val. It runs in its own process (`python tests/collectors/gnmi_servers.py splice DATA
-PORT`): its gnmi_pb2 and pygnmi's cannot share one protobuf registry. DATA is a JSON file of
+float_val. It runs in its own process (`python tests/collectors/gnmi_servers.py splice PORT
+DATA`): its gnmi_pb2 and pygnmi's cannot share one protobuf registry. DATA is a JSON file of
 `{path: value}`, read again whenever it changes, so a test can move a value between samples.
 
 Values come from real captures (tests/data/real/gnmi/, SOURCES.md); `leaves_of` flattens them.
+
+The second server is finsy's (PyPI `finsy`, Apache-2.0, a P4Runtime/gNMI client library by Bill
+Fisher): `finsy.test.gnmi_server.GNMIServer`, a test gNMI server whose answers are Stratum's
+(ONF's NOS, on a bmv2 switch with ports `s1-eth1`, `s1-eth2`) as its author recorded them.
+It is not configurable: every Get answers the two ports' `state/ifindex` whatever the path,
+Capabilities advertise `openconfig-interfaces-stratum` and PROTO only, and a Subscribe whose
+first subscription is SAMPLE gets five `state/counters/in-octets` notifications 0.1 s apart
+(1196 each, no sync_response) and then nothing, with the stream held open.
+It also runs in its own process (`python tests/collectors/gnmi_servers.py stratum PORT`):
+finsy's gnmi_pb2 registers the same `gnmi` package as pygnmi's.
 """
 
 from __future__ import annotations
@@ -78,21 +88,21 @@ def free_port() -> int:
 
 
 @contextmanager
-def splice_server(data_file: Path, *, heartbeat_s: int = 1) -> Iterator[int]:
-    """Run Splice's gNMI server on 127.0.0.1 serving `data_file`; yields its port."""
+def _server_process(name: str, *args: str) -> Iterator[int]:
+    """Run `python gnmi_servers.py NAME PORT ARGS...` on a free 127.0.0.1 port; yields the port."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, __file__, "splice", str(data_file), str(port), str(heartbeat_s)],
+    proc = subprocess.Popen([sys.executable, __file__, name, str(port), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else "splice exited"
+            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else f"{name} exited"
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     break
             time.sleep(0.1)
         else:
-            raise TimeoutError("splice did not listen within 20 s")
+            raise TimeoutError(f"{name} did not listen within 20 s")
         yield port
     finally:
         proc.terminate()
@@ -102,7 +112,33 @@ def splice_server(data_file: Path, *, heartbeat_s: int = 1) -> Iterator[int]:
             proc.kill()
 
 
-def _run_splice(data_file: str, port: int, heartbeat_s: int) -> None:
+@contextmanager
+def splice_server(data_file: Path, *, heartbeat_s: int = 1) -> Iterator[int]:
+    """Run Splice's gNMI server on 127.0.0.1 serving `data_file`; yields its port."""
+    with _server_process("splice", str(data_file), str(heartbeat_s)) as port:
+        yield port
+
+
+@contextmanager
+def stratum_server() -> Iterator[int]:
+    """Run finsy's test gNMI server (Stratum's recorded answers) on 127.0.0.1; yields its port."""
+    with _server_process("stratum") as port:
+        yield port
+
+
+def _run_stratum(port: int) -> None:
+    import asyncio
+
+    from finsy.test.gnmi_server import GNMIServer
+
+    async def main() -> None:
+        async with GNMIServer(f"127.0.0.1:{port}").run():
+            await asyncio.Event().wait()  # until terminated
+
+    asyncio.run(main())
+
+
+def _run_splice(port: int, data_file: str, heartbeat_s: int) -> None:
     import splice.gnmi_pb2 as pb
     from splice.gnmi_server import CacheView, serve
 
@@ -133,4 +169,6 @@ def _run_splice(data_file: str, port: int, heartbeat_s: int) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "splice":
-        _run_splice(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        _run_splice(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]))
+    elif sys.argv[1] == "stratum":
+        _run_stratum(int(sys.argv[2]))
