@@ -37,7 +37,7 @@ from sqlalchemy import Connection, and_, func, insert, or_, select, text, tuple_
 from service.alerts.matchers import matcher_hits
 from service.alerts.models import Alert, AlertEvent, MaintenanceWindow, Silence
 from service.detection.findings import Finding
-from service.notify import payloads
+from service.notify import alertmanager, payloads
 from service.notify.outbox import enqueue
 
 SEVERITY_RANK = {"info": 0, "ticket": 1, "page": 2}
@@ -201,7 +201,8 @@ def _notify(conn: Connection, row: dict[str, Any], change: AlertChange, event: s
     msg = payloads.message(event=event, change=change.event, change_id=change.event_id,
                            key=payloads.idempotency_key(row["id"], change.event_id), at_ms=change.at_ms,
                            actor=change.actor, alert=row, comment=comment)
-    change.notified = enqueue(conn, msg=msg, alert_id=row["id"], event_id=change.event_id)
+    change.notified = (enqueue(conn, msg=msg, alert_id=row["id"], event_id=change.event_id)
+                       + alertmanager.mark(conn, event=event, alert=row))
     return change.notified
 
 
@@ -269,9 +270,16 @@ class _Mutes:
 
 # --- the detection cycle ---------------------------------------------------------------------
 
+# Kinds whose producer also clears them (a clean NCCL run clears its regression): a detection cycle never
+# raises them, so their absence from its findings says nothing and must not age them out.
+SELF_CLEARING_KINDS = frozenset({"nccl_regression"})
+
+
 def apply_findings(*, conn: Connection, findings: list[Finding], at_ms: int, actor: str = "detector",
                    clear_cycles: int | None = None, kinds: Iterable[str] | None = None) -> ChangeSet:
-    """Apply one detection cycle's findings (a complete set, or complete for `kinds`) at data time at_ms."""
+    """Apply one detection cycle's findings (a complete set, or complete for `kinds`) at data time at_ms.
+
+    A complete set (kinds None) ages every open alert it lacks, except SELF_CLEARING_KINDS."""
     clear = clear_cycles or clear_cycles_setting()
     kind_set = set(kinds) if kinds is not None else None
     conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
@@ -304,7 +312,7 @@ def apply_findings(*, conn: Connection, findings: list[Finding], at_ms: int, act
         seen.add(f.fingerprint)
 
     absent = [row for fp, row in by_fp.items() if fp not in seen and row["state"] != "resolved"
-              and (kind_set is None or row["kind"] in kind_set)]
+              and (row["kind"] not in SELF_CLEARING_KINDS if kind_set is None else row["kind"] in kind_set)]
     reopens = _recent_reopens(conn, [r["id"] for r in absent if r["missed_cycles"] + 1 >= clear], at_ms)
     for row in absent:
         missed = row["missed_cycles"] + 1

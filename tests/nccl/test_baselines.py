@@ -122,3 +122,19 @@ def test_api_and_cli(db: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch) -
     rej = client.post("/api/v1/nccl", content="garbage\n")
     assert rej.status_code == 422 and rej.json()["line"] == 1
     assert client.get("/api/v1/nccl/runs/999/compare").status_code == 404
+
+
+def test_detection_cycles_do_not_age_out_a_regression_alert(db: Engine) -> None:
+    """An NCCL regression is cleared by a clean run, not by detection cycles that never raise that kind."""
+    from service.pipeline import apply_cycle
+
+    base_text = (FIXTURES / H100).read_text()
+    with db.begin() as conn:
+        import_run(conn=conn, run=parse_nccl_tests(base_text, "base"), actor="t", run_at=AT)
+        res = import_run(conn=conn, run=parse_nccl_tests(_degraded(base_text), "bad"), actor="t", run_at=AT)
+    at = int(AT.timestamp() * 1000)
+    for i in range(1, 13):  # an hour of 5-minute cycles, well past any clear_cycles and hold-down
+        with db.begin() as conn:
+            apply_cycle(conn, [], at + i * 300_000, drains=False)
+    with db.connect() as conn:
+        assert [(a.id, a.state) for a in _alerts(conn)] == [(res.alert_id, "firing")]
