@@ -199,6 +199,19 @@ def _match(name: str) -> tuple[_Rule, re.Match[str] | None] | None:
     return None
 
 
+def match_stat(name: str) -> tuple[str, int, float, int | None, int | None] | None:
+    """(metric, rank, scale, priority, lane) for one `ethtool -S` counter name, None if it has no
+    canonical meaning. Also used for node_exporter's ethtool collector (service/telemetry/exporters)."""
+    hit = _match(name)
+    if hit is None:
+        return None
+    rule, m = hit
+    groups = m.groupdict() if m is not None else {}
+    prio, lane = groups.get("prio"), groups.get("lane")
+    return (rule.metric, rule.rank, rule.scale, None if prio is None else int(prio),
+            None if lane is None else int(lane))
+
+
 def iter_counters(text: str, source: str) -> Iterator[tuple[int, str, int, int | None]]:
     """Yield (line number, name, value, queue) for each counter line; ParseError on bad input."""
     lines = text.splitlines()
