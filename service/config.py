@@ -22,6 +22,7 @@ from pydantic_settings import (
 
 from service.drains.schemas import DrainSettings
 from service.incidents.schemas import IncidentSettings
+from service.notify.schemas import AlertmanagerSettings
 
 ENV_PREFIX = "FABRICWATCH_"
 
@@ -39,7 +40,8 @@ class SettingsError(RuntimeError):
 
 # Nested groups, each set by FABRICWATCH_<GROUP>_<FIELD> (FABRICWATCH_DRAIN_MAX_PER_POD) or a `<group>:` mapping
 # in the config file; the environment wins field by field, as everywhere else.
-GROUPS: dict[str, type[BaseModel]] = {"drain": DrainSettings, "soak": IncidentSettings}
+GROUPS: dict[str, type[BaseModel]] = {"drain": DrainSettings, "soak": IncidentSettings,
+                                      "alertmanager": AlertmanagerSettings}
 
 
 class _GroupEnvSource(PydanticBaseSettingsSource):
@@ -113,6 +115,9 @@ class Settings(BaseSettings):
                                  description="drain safety limits and executors (FABRICWATCH_DRAIN_<FIELD>)")
     soak: IncidentSettings = Field(default_factory=IncidentSettings,
                                    description="repair verification soak (FABRICWATCH_SOAK_<FIELD>)")
+    alertmanager: AlertmanagerSettings = Field(
+        default_factory=AlertmanagerSettings,
+        description="pushing alerts to Alertmanagers (FABRICWATCH_ALERTMANAGER_<FIELD>; docs/alertmanager.md)")
 
     @field_validator("trusted_proxies")
     @classmethod

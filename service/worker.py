@@ -37,6 +37,7 @@ TIME_LIMITS: dict[str, tuple[float, float]] = {
     "collect_target": (120.0, 150.0),        # a poll is bounded by its endpoint's timeouts long before this
     "run_detection": (600.0, 660.0),         # a cycle of a large fabric, with training
     "deliver_outbox": (120.0, 150.0),        # its own budget is 60 s
+    "deliver_alertmanager": (120.0, 150.0),  # its own budget is 60 s
     # claims for 60 s, then finishes the execution it has: a command may take FABRICWATCH_DRAIN_COMMAND_TIMEOUT_S
     # (120 s) per step; cut off, the execution is recorded `unknown` and never re-run (docs/drains.md)
     "execute_drains": (600.0, 660.0),
@@ -163,6 +164,8 @@ def configure(app: Celery, settings: Settings) -> Celery:
             "run-detection": {"task": "fabricwatch.run_detection", "schedule": settings.detect_interval_s,
                               "options": {"expires": settings.detect_interval_s}},
             "deliver-webhooks": {"task": "fabricwatch.deliver_outbox", "schedule": settings.webhook_poll_s},
+            "deliver-alertmanager": {"task": "fabricwatch.deliver_alertmanager",
+                                     "schedule": settings.alertmanager.poll_s},
             "execute-drains": {"task": "fabricwatch.execute_drains", "schedule": drain_settings().execute_poll_s,
                                "options": {"expires": drain_settings().execute_poll_s}},
         },

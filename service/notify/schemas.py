@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import string
 from datetime import datetime
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -117,3 +118,112 @@ class TestFireResult(BaseModel):
     outbox_id: int
     outcome: str | None
     delivery: DeliveryRead | None
+
+
+class AlertmanagerSettings(BaseModel):
+    """How alerts are pushed to Alertmanagers (FABRICWATCH_ALERTMANAGER_<FIELD>, or `alertmanager:` in the
+    config file). The targets themselves are configured through /api/v1/alertmanagers; the URL policy is
+    the webhooks' (FABRICWATCH_WEBHOOK_ALLOW / _DENY)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    resend_s: float = Field(default=60.0, gt=0, le=3600,
+                            description="a firing alert is sent again this often (Prometheus' resend_delay)")
+    ends_after_s: float = Field(default=240.0, gt=0, le=86400,
+                                description="endsAt of a firing alert is this far ahead of each send: Alertmanager "
+                                "resolves it by itself if fabricwatch stops sending (4 resends, as Prometheus)")
+    timeout_s: float = Field(default=10.0, gt=0, le=300, description="per POST")
+    batch_size: int = Field(default=256, ge=1, le=10_000, description="alerts per POST")
+    backoff_base_s: float = Field(default=2.0, gt=0, description="first retry after a failed POST")
+    backoff_max_s: float = Field(default=60.0, gt=0, description="the longest wait between tries")
+    poll_s: float = Field(default=5.0, gt=0, le=300, description="how often due alerts are looked for")
+    runbook_url: str = Field(default="", max_length=2048,
+                             description="runbook_url annotation, with {cause}, {kind}, {action} filled in; "
+                             "empty: none")
+
+    @model_validator(mode="after")
+    def _check(self) -> AlertmanagerSettings:
+        if self.ends_after_s <= self.resend_s:
+            raise ValueError(f"ends_after_s ({self.ends_after_s:g}) must be longer than resend_s "
+                             f"({self.resend_s:g}), or Alertmanager resolves firing alerts between two sends")
+        try:
+            names = {n for _, n, _, _ in string.Formatter().parse(self.runbook_url) if n is not None}
+        except ValueError as exc:
+            raise ValueError(f"runbook_url: {exc}") from None
+        bad = names - {"cause", "kind", "action"}
+        if bad:
+            raise ValueError(f"runbook_url: unknown placeholder(s) {', '.join(sorted(bad))} "
+                             "(known: cause, kind, action)")
+        return self
+
+
+class AlertmanagerCreate(Strict):
+    name: str = Field(min_length=1, max_length=128)
+    url: str = Field(min_length=8, max_length=2048,
+                     description="base URL, e.g. http://alertmanager:9093 (with its route prefix if any)")
+    filters: Filters = Field(default_factory=Filters)
+    enabled: bool = True
+
+
+class AlertmanagerUpdate(Strict):
+    name: str | None = Field(default=None, min_length=1, max_length=128)
+    url: str | None = Field(default=None, min_length=8, max_length=2048)
+    filters: Filters | None = None
+    enabled: bool | None = None
+
+
+class AlertmanagerRead(BaseModel):
+    id: int
+    name: str
+    url: str
+    filters: Filters
+    enabled: bool
+    created_by: str
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> AlertmanagerRead:
+        return cls(id=row["id"], name=row["name"], url=row["url"], filters=Filters(**(row["filters"] or {})),
+                   enabled=row["enabled"], created_by=row["created_by"], created_at=row["created_at"],
+                   updated_at=row["updated_at"])
+
+
+class WebhookStatus(BaseModel):
+    id: int
+    name: str
+    url: str
+    format: Format
+    enabled: bool
+    pending: int = Field(description="messages not yet delivered (in flight and waiting for a retry included)")
+    dead: int = Field(description="messages given up after max_attempts")
+    delivered: int
+    oldest_pending_at: datetime | None
+    last_outcome: str | None = Field(description="the latest attempt: delivered | retry | dead")
+    last_status_code: int | None
+    last_error: str | None
+    last_attempt_at: datetime | None
+
+
+class AlertmanagerStatus(BaseModel):
+    id: int
+    name: str
+    url: str
+    enabled: bool
+    state: Literal["ok", "failing", "idle", "disabled"] = Field(
+        description="ok: the last POST was accepted; failing: it was not (see last_error, retry_at); "
+        "idle: nothing sent yet; disabled")
+    firing: int = Field(description="alerts it holds (or is to hold) as firing")
+    pending: int = Field(description="alerts whose latest change it has not accepted yet")
+    oldest_pending_since: datetime | None = Field(description="when the oldest of those became due")
+    failures: int = Field(description="failed POSTs in a row")
+    retry_at: datetime | None
+    last_attempt_at: datetime | None
+    last_success_at: datetime | None
+    last_status_code: int | None
+    last_error: str | None
+
+
+class NotifyStatus(BaseModel):
+    webhooks: list[WebhookStatus]
+    alertmanagers: list[AlertmanagerStatus]

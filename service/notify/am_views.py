@@ -1,0 +1,103 @@
+"""Alertmanager destinations (admin scope, router `router`) and the notification status (`status_router`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Response
+from sqlalchemy.exc import IntegrityError
+
+from service.api.auth import AdminScope
+from service.api.deps import EngineDep
+from service.api.problems import Problem
+from service.notify import destinations
+from service.notify.schemas import (
+    AlertmanagerCreate,
+    AlertmanagerRead,
+    AlertmanagerStatus,
+    AlertmanagerUpdate,
+    NotifyStatus,
+    WebhookStatus,
+)
+from service.notify.urlpolicy import UrlRefused
+
+router = APIRouter(prefix="/api/v1/alertmanagers", tags=["alertmanagers"])
+status_router = APIRouter(prefix="/api/v1/notify", tags=["webhooks", "alertmanagers"])
+
+
+def _not_found(ident: int) -> Problem:
+    return Problem(404, "Not found", f"no Alertmanager destination with id {ident}")
+
+
+def _refused(exc: UrlRefused) -> Problem:
+    return Problem(422, "Alertmanager target refused", str(exc))
+
+
+def _conflict() -> Problem:
+    return Problem(409, "Conflict", "an Alertmanager destination with this name exists")
+
+
+@router.get("", response_model=list[AlertmanagerRead])
+def list_alertmanagers(engine: EngineDep, _: AdminScope) -> list[AlertmanagerRead]:
+    with engine.connect() as conn:
+        return [AlertmanagerRead.from_row(r) for r in destinations.list_destinations(conn=conn)]
+
+
+@router.post("", response_model=AlertmanagerRead, status_code=201,
+             summary="Add an Alertmanager; it gets every alert that fires now")
+def create_alertmanager(body: AlertmanagerCreate, engine: EngineDep, who: AdminScope) -> AlertmanagerRead:
+    try:
+        with engine.begin() as conn:
+            row = destinations.create_destination(conn=conn, name=body.name, url=body.url,
+                                                  filters=body.filters.model_dump(), enabled=body.enabled,
+                                                  created_by=who.name)
+    except UrlRefused as exc:
+        raise _refused(exc) from None
+    except IntegrityError:
+        raise _conflict() from None
+    return AlertmanagerRead.from_row(row)
+
+
+@router.get("/{destination_id}", response_model=AlertmanagerRead)
+def get_alertmanager(destination_id: int, engine: EngineDep, _: AdminScope) -> AlertmanagerRead:
+    with engine.connect() as conn:
+        row = destinations.get_destination(conn=conn, destination_id=destination_id)
+    if row is None:
+        raise _not_found(destination_id)
+    return AlertmanagerRead.from_row(row)
+
+
+@router.patch("/{destination_id}", response_model=AlertmanagerRead)
+def update_alertmanager(destination_id: int, body: AlertmanagerUpdate, engine: EngineDep,
+                        _: AdminScope) -> AlertmanagerRead:
+    values: dict[str, Any] = body.model_dump(exclude_unset=True)
+    if "filters" in values and values["filters"] is None:
+        values.pop("filters")
+    try:
+        with engine.begin() as conn:
+            row = destinations.update_destination(conn=conn, destination_id=destination_id, values=values)
+    except UrlRefused as exc:
+        raise _refused(exc) from None
+    except IntegrityError:
+        raise _conflict() from None
+    if row is None:
+        raise _not_found(destination_id)
+    return AlertmanagerRead.from_row(row)
+
+
+@router.delete("/{destination_id}", status_code=204)
+def delete_alertmanager(destination_id: int, engine: EngineDep, _: AdminScope) -> Response:
+    with engine.begin() as conn:
+        if not destinations.delete_destination(conn=conn, destination_id=destination_id):
+            raise _not_found(destination_id)
+    return Response(status_code=204)
+
+
+@status_router.get("", response_model=NotifyStatus,
+                   summary="Delivery status of every webhook subscription and Alertmanager")
+def notify_status(engine: EngineDep, _: AdminScope) -> NotifyStatus:
+    with engine.connect() as conn:
+        st = destinations.notify_status(conn=conn)
+    return NotifyStatus(webhooks=[WebhookStatus(**r) for r in st["webhooks"]],
+                        alertmanagers=[AlertmanagerStatus(**{k: r[k] for k in AlertmanagerStatus.model_fields})
+                                       for r in st["alertmanagers"]])
