@@ -15,7 +15,8 @@ physical ones, these rules leave out (first that applies):
   2. with `port_pattern` (a regex on the name), every name it does not match;
   3. up with ifConnectorPresent false(2), where the agent marks some interface true: internal
      and management interfaces (NX-OS mgmt0, Junos bme0/re0:mgmt-0). A down port without a
-     connector stays a port: NX-OS, Junos and EOS say false for an empty cage;
+     connector stays a port: NX-OS, Junos and EOS say false for an empty cage. Not on OSes
+     whose agent says false for up front ports (Dell OS9, `snmp_dialects.py`);
   4. ifAlias naming a management role ("Management0" is SONiC's alias of eth0);
   5. the management port names the OS reserves (collectors/snmp_dialects.py, exact names);
   6. on OSes whose bonds and bridges report ethernetCsmacd (Cumulus), non-front-panel names.
@@ -162,6 +163,7 @@ class _Interfaces:
     ports: dict[int, str] = field(default_factory=dict)  # real ports only
     names: dict[str, str] = field(default_factory=dict)  # ifName and ifDescr -> label
     left_out: list[tuple[str, str]] = field(default_factory=list)  # up physical interfaces a rule left out
+    ambiguous: dict[str, list[int]] = field(default_factory=dict)  # a name several ports carry -> their ifIndex
 
 
 @dataclass(frozen=True)
@@ -207,8 +209,8 @@ def _interfaces(cells: Cells, rule: PortRule) -> _Interfaces:
     connectors = cells.ints((*O.IFX_ENTRY, O.IFX_CONNECTOR_PRESENT))
     oper = cells.ints((*O.IF_ENTRY, O.IF_OPER))
     # Rule 3 only where the agent tells interfaces apart: one that says false for all says nothing.
-    rule = replace(rule, connectors=any(v == _TRUE for i, v in connectors.items()
-                                        if types.get(i) in _PHYSICAL_IF_TYPES))
+    rule = replace(rule, connectors=rule.dialect.connectors and any(
+        v == _TRUE for i, v in connectors.items() if types.get(i) in _PHYSICAL_IF_TYPES))
     out = _Interfaces()
     for idx in sorted(names.keys() | descrs.keys() | types.keys()):
         if len(idx) != 1:
@@ -228,6 +230,16 @@ def _interfaces(cells: Cells, rule: PortRule) -> _Interfaces:
             out.ports[idx[0]] = label
         elif why and up:
             out.left_out.append((label, why))
+    # Two ports with one name (a stacked Dell OS9 S4048-ON has two "TenGigabitEthernet 1/33")
+    # would mix their counters in one series: neither is collected, and the warning says so.
+    by_name: dict[str, list[int]] = {}
+    for i, label in out.ports.items():
+        by_name.setdefault(label, []).append(i)
+    for label, idxs in by_name.items():
+        if len(idxs) > 1:
+            out.ambiguous[label] = idxs
+            for i in idxs:
+                del out.ports[i]
     return out
 
 
@@ -364,6 +376,10 @@ def _blind_spots(ifs: _Interfaces, samples: list[Sample], groups: set[str]) -> l
     if ifs.left_out:
         out.append(f"ports: {len(ifs.left_out)} up interface(s) not collected as fabric ports: "
                    + _listed([f"{name} [{why}]" for name, why in ifs.left_out]))
+    if ifs.ambiguous:
+        out.append(f"ports: {len(ifs.ambiguous)} name(s) carried by more than one interface, not collected "
+                   "(their samples would mix): "
+                   + _listed([f"{name} [ifIndex {', '.join(map(str, idxs))}]" for name, idxs in ifs.ambiguous.items()]))
     ports = set(ifs.ports.values())
     if not ports:
         out.append(f"ports: none of the {len(ifs.label)} interfaces is a fabric port; nothing per port is collected")

@@ -7,6 +7,9 @@ A poll picks its dialect from sysObjectID and sysDescr (`detect`). A dialect say
   Enterprise SONiC and NVIDIA Onyx, and the switch reported itself healthy with no port at all.
 * `front_ports`: on Linux-based OSes whose bonds, bridges and VLAN devices all report ifType
   ethernetCsmacd (Cumulus), the form of a front-panel port name.
+* `connectors`: False where the agent's ifConnectorPresent cannot be trusted (Dell Networking
+  OS9 9.9 on an S4048-ON says false for every front port, up or down, and true for its
+  management ports), so the "up without a connector" rule is not applied there.
 * `entity_layouts`: how the agent numbers ENTITY-MIB transceiver entities, which ties a sensor
   to its ifIndex and lane without reading its name (SONiC names sensors after its internal port
   names, "DOM RX Power Sensor for Ethernet52/1", which need not be the ifName, "Eth1/53").
@@ -58,6 +61,12 @@ class Dialect:
     management: frozenset[str] = frozenset()
     front_ports: re.Pattern[str] | None = None
     entity_layouts: tuple[EntityLayout, ...] = ()
+    connectors: bool = True  # ifConnectorPresent tells internal interfaces from ports
+
+
+# Dell Networking OS9 (FTOS) names its management ports "ManagementEthernet <unit>/<port>",
+# one per stack unit (0-11) on an S4048-ON, "ManagementEthernet 1/1" on a Z9100-ON.
+_OS9_MANAGEMENT = frozenset(f"ManagementEthernet {u}/{p}" for u in range(12) for p in range(2))
 
 
 DIALECTS: tuple[Dialect, ...] = (
@@ -75,6 +84,12 @@ DIALECTS: tuple[Dialect, ...] = (
     Dialect("dell-os10", ("1.3.6.1.4.1.674.11000.5000.100",), re.compile(r"\bOS10\b"), frozenset({"mgmt1/1/1"})),
     Dialect("nvidia-onyx", ("1.3.6.1.4.1.33049",), re.compile(r"\b(?:Onyx|MLNX-OS)\b"), frozenset({"mgmt0", "mgmt1"})),
     Dialect("nokia-srlinux", (), re.compile(r"\bSR ?Linux\b", re.I), frozenset({"mgmt0"})),
+    Dialect("dell-os9", ("1.3.6.1.4.1.6027",), re.compile(r"Dell Networking OS|Force10"), _OS9_MANAGEMENT,
+            connectors=False),
+    # PicOS reports its VLAN interfaces and `loopback` as ethernetCsmacd: front ports are
+    # ge-/te-/xe-/qe-<unit>/<slot>/<port> (1, 10, 25, 40 G).
+    Dialect("picos", ("1.3.6.1.4.1.35098",), re.compile(r"PicOS"), frozenset({"eth0"}),
+            front_ports=re.compile(r"(?:ge|te|xe|qe|hu)-\d+/\d+/\d+")),
 )
 # Unknown OS: any management name of any dialect (none of them names a front port anywhere).
 GENERIC = Dialect("generic", management=frozenset().union(*(d.management for d in DIALECTS)))
