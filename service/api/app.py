@@ -27,11 +27,13 @@ from service.noc import views as noc_views
 from service.notify import am_views
 from service.notify import views as notify_views
 from service.observability import REQUEST_SECONDS, TARGET_COVERAGE
+from service.telemetry import remote_write_views
 from service.telemetry import views as telemetry_views
 
 ROUTERS = (health.router, noc_views.router, inventory_views.router, fleet_views.router, telemetry_views.router,
            alert_views.router, notify_views.router, am_views.router, am_views.status_router, incident_views.router,
-           drain_views.router, kpi_views.router, nccl_views.router, auth_views.router, events.router)
+           drain_views.router, kpi_views.router, nccl_views.router, auth_views.router, events.router,
+           remote_write_views.router)
 
 DOCS_ASSETS = "/docs/assets"
 

@@ -1,8 +1,8 @@
 """Request body limits per route, enforced before and while a body is read: 413 problem+json.
 
-- The import endpoints (`LARGE_BODY_PATHS`: Prometheus text and nccl-tests output) take up to
-  `FABRICWATCH_MAX_BODY_BYTES` (256 MiB by default). The Prometheus import also limits its gzip-decompressed
-  size to the same number (service/telemetry/views.py).
+- The import endpoints (`LARGE_BODY_PATHS`: Prometheus text, remote write and nccl-tests output) take up to
+  `FABRICWATCH_MAX_BODY_BYTES` (256 MiB by default). The Prometheus import and remote write also limit their
+  gzip- or snappy-decompressed size to the same number (service/telemetry/views.py, remote_write.py).
 - Every other endpoint (JSON bodies, or none) takes up to `JSON_MAX_BODY_BYTES` (1 MiB), or
   `FABRICWATCH_MAX_BODY_BYTES` where that is smaller.
 
@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.api.problems import problem_response
 
 JSON_MAX_BODY_BYTES = 1024 * 1024
-LARGE_BODY_PATHS = frozenset({"/api/v1/import/prometheus", "/api/v1/nccl"})
+LARGE_BODY_PATHS = frozenset({"/api/v1/import/prometheus", "/api/v1/nccl", "/api/v1/write"})
 
 
 class BodyTooLarge(HTTPException):

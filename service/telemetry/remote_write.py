@@ -1,0 +1,202 @@
+"""Prometheus remote-write 1.0 receiver: snappy-compressed protobuf WriteRequest -> exporter mappings ->
+the one ingest path, in one transaction.
+
+Prometheus, vmagent and Grafana Alloy send what they scrape; what maps onto the catalogue
+(service/telemetry/exporters) is stored, the rest is counted per reason and reported (the answer's
+headers, GET /api/v1/write/status, /metrics), never stored. Errors follow the spec's retry rules:
+a 4xx is never retried, so it is kept for data that would fail again (corrupt snappy, not a
+WriteRequest, a timestamp that is not milliseconds); a 5xx (the database away) is retried.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import cramjam
+from google.protobuf.message import DecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
+from prometheus_client import Counter as PromCounter
+from sqlalchemy import Engine
+
+from service.telemetry.exporters import Mapper, MapResult
+from service.telemetry.ingest import _MAX_TS_MS, _MIN_TS_MS, Ingestor, IngestReport, timestamp_problem
+from service.telemetry.remote_write_pb2 import WriteRequest
+
+REMOTE_WRITE_SAMPLES = PromCounter(
+    "fabricwatch_remote_write_samples", "Remote-write samples received, by outcome: stored, duplicate, or "
+    "the reason they were not stored (unmapped_metric, unknown_instance, unknown_port, ...)", ["outcome"])
+REMOTE_WRITE_REQUESTS = PromCounter(
+    "fabricwatch_remote_write_requests", "Remote-write requests, by answer status", ["status"])
+
+_WIRE = {0: "varint", 1: "64-bit", 2: "length-delimited", 5: "32-bit"}
+
+
+class RemoteWriteError(ValueError):
+    """A request that would fail again: answered 4xx (`status`), never retried by the sender."""
+
+    def __init__(self, status: int, title: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.title, self.detail = status, title, detail
+
+
+def _uvarint(data: bytes) -> int:
+    """The snappy block's leading varint: its decompressed length."""
+    n = shift = 0
+    for i, b in enumerate(data[:10]):
+        n |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return n
+        shift += 7
+        if i == 9:
+            break
+    raise RemoteWriteError(400, "Malformed body", "snappy: the block's length header is not a varint")
+
+
+def decompress(body: bytes, limit: int) -> bytes:
+    """Snappy block format (not framed), refusing a block that says it is larger than `limit`."""
+    if not body:
+        raise RemoteWriteError(400, "Malformed body", "empty body: a remote-write request is a snappy-compressed "
+                               "WriteRequest")
+    size = _uvarint(body)
+    if size > limit:
+        raise RemoteWriteError(413, "Body too large", f"decompressed body of {size} bytes exceeds the limit of "
+                               f"{limit} bytes")
+    try:
+        return bytes(cramjam.snappy.decompress_raw(body))
+    except cramjam.DecompressionError as exc:
+        raise RemoteWriteError(400, "Malformed body", f"snappy: {exc} (Content-Encoding: snappy is the block "
+                               "format, not the framed stream format)") from None
+
+
+def _unknown(msg: Any, where: str) -> None:
+    for f in UnknownFieldSet(msg):
+        raise RemoteWriteError(400, "Not a WriteRequest", f"not a Prometheus remote-write 1.0 WriteRequest: {where} "
+                               f"has field {f.field_number} ({_WIRE.get(f.wire_type, f.wire_type)}), which "
+                               "prometheus.WriteRequest does not have")
+
+
+def decode(raw: bytes) -> WriteRequest:
+    """Parse a WriteRequest; a protobuf of another message (its fields do not fit) is refused."""
+    try:
+        req = WriteRequest.FromString(raw)
+    except DecodeError as exc:
+        raise RemoteWriteError(400, "Not a WriteRequest", f"protobuf: {exc}") from None
+    _unknown(req, "the request")
+    for i, ts in enumerate(req.timeseries):
+        _unknown(ts, f"series {i}")
+        for lbl in ts.labels:
+            _unknown(lbl, f"a label of series {i}")
+        for s in ts.samples:
+            _unknown(s, f"a sample of series {i}")
+    return req
+
+
+@dataclass
+class WriteReport:
+    """What one request did: the mapping's counts and the store's."""
+
+    mapped: MapResult
+    stored: IngestReport
+    histograms: int = 0
+
+    def unmapped(self) -> Counter[str]:
+        out = Counter(self.mapped.unmapped)
+        if self.histograms:
+            out["histogram"] += self.histograms
+        # the store's own refusals (a lane the optic does not have, ...) are not stored either
+        if self.stored.invalid:
+            out["invalid"] += sum(self.stored.invalid.values())
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.mapped.report(), "written": self.stored.written, "duplicates": self.stored.duplicates,
+                "histograms": self.histograms, "unmapped": dict(self.unmapped()),
+                "invalid": dict(self.stored.invalid.most_common(20))}
+
+    def headers(self) -> dict[str, str]:
+        """Summary headers on the 204 (which has no body)."""
+        unmapped = self.unmapped()
+        return {"X-Fabricwatch-Samples": str(self.mapped.received), "X-Fabricwatch-Written": str(self.stored.written),
+                "X-Fabricwatch-Duplicates": str(self.stored.duplicates),
+                "X-Fabricwatch-Unmapped": ", ".join(f"{k}={v}" for k, v in sorted(unmapped.items())) or "none"}
+
+
+@dataclass
+class Totals:
+    """Since this process started, for GET /api/v1/write/status."""
+
+    requests: int = 0
+    refused: Counter[str] = field(default_factory=Counter)  # status -> requests
+    samples: int = 0
+    written: int = 0
+    duplicates: int = 0
+    unmapped: Counter[str] = field(default_factory=Counter)
+    details: dict[str, Counter[str]] = field(default_factory=dict)
+    last_request_at: float | None = None
+    last_error: str | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, report: WriteReport) -> None:
+        with self._lock:
+            self.requests += 1
+            self.samples += report.mapped.received
+            self.written += report.stored.written
+            self.duplicates += report.stored.duplicates
+            self.unmapped.update(report.unmapped())
+            for reason, c in report.mapped.details.items():
+                d = self.details.setdefault(reason, Counter())
+                d.update(c)
+                if len(d) > 1000:  # bounded: keep the most common
+                    self.details[reason] = Counter(dict(d.most_common(500)))
+            self.last_request_at = time.time()
+
+    def refuse(self, status: int, detail: str) -> None:
+        with self._lock:
+            self.requests += 1
+            self.refused[str(status)] += 1
+            self.last_error = detail
+            self.last_request_at = time.time()
+
+    def to_dict(self, limit: int = 20) -> dict[str, Any]:
+        with self._lock:
+            return {"requests": self.requests, "refused": dict(self.refused), "samples": self.samples,
+                    "written": self.written, "duplicates": self.duplicates, "unmapped": dict(self.unmapped),
+                    "unmapped_detail": {r: dict(c.most_common(limit)) for r, c in self.details.items()},
+                    "last_request_at": self.last_request_at, "last_error": self.last_error}
+
+
+MAPPER = Mapper()
+TOTALS = Totals()
+
+
+def write(engine: Engine, req: WriteRequest, *, batch_rows: int = 50_000, mapper: Mapper = MAPPER) -> WriteReport:
+    """Map and store one WriteRequest in one transaction (all of it or nothing)."""
+    series = []
+    histograms = 0
+    for ts in req.timeseries:
+        labels = tuple((lbl.name, lbl.value) for lbl in ts.labels)
+        if not any(name == "__name__" for name, _ in labels):
+            raise RemoteWriteError(400, "Malformed series", f"a series without __name__: {dict(labels)!r}"[:300])
+        samples = [(s.timestamp, s.value) for s in ts.samples]
+        for t, _v in samples:
+            if not _MIN_TS_MS <= t < _MAX_TS_MS:
+                raise RemoteWriteError(400, "Bad timestamp", f"{dict(labels).get('__name__')}: {timestamp_problem(t)}")
+        histograms += len(ts.histograms)
+        series.append((labels, samples))
+    with engine.begin() as conn:
+        mapped = mapper.map(conn, series)
+        ingestor = Ingestor(conn, batch_rows=batch_rows)
+        for s in mapped.samples:
+            ingestor.add(s)
+        stored = ingestor.finish()
+    report = WriteReport(mapped, stored, histograms)
+    REMOTE_WRITE_SAMPLES.labels("stored").inc(stored.written)
+    REMOTE_WRITE_SAMPLES.labels("duplicate").inc(stored.duplicates)
+    for reason, n in report.unmapped().items():
+        REMOTE_WRITE_SAMPLES.labels(reason).inc(n)
+    TOTALS.add(report)
+    return report
