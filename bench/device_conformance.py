@@ -1,4 +1,4 @@
-"""Device conformance of the SNMP collector over the corpus of real walks.
+"""Device conformance over the corpus of real captures: SNMP walks, then host outputs.
 
     .venv/bin/python bench/device_conformance.py [--offline]
 
@@ -15,6 +15,11 @@ against the hand-checked expectations of tests/data/snmp/conformance.toml:
   counters and optics). A target passes when each of its blind spots is in the record (a group's reason
   or its blind-spot warnings) and each group the walk cannot show (`unsupported`) is a missing group or
   has a blind spot there; a group reported missing that the walk does have values for is a false gap.
+
+Then the host corpus (tests/host_corpus.py: ethtool -S and -m, RDMA sysfs, rdma statistic, perfquery):
+a cell is a (source, metric group) pair of the Hosts table in docs/devices.md; it is correct when every
+hand-checked value of every capture behind it comes out right. Its blind spots are the captures that must
+give no reading (all-zero or garbled DOM): reported when nothing is read and a warning says why.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from collectors.snmp import collect_many, parse_snmprec_varbinds, samples_from_v
 from service.telemetry.coverage import COVERAGE_GROUPS, assess, expected_groups, state_of, summarize
 from service.telemetry.ingest import IngestReport
 from service.telemetry.samples import Sample
+from tests.host_corpus import CASES, mismatches
 from tests.snmp_corpus import Score, Walk, load_walks, score
 from tests.snmp_peers import start_snmpsim
 
@@ -130,6 +136,32 @@ def main() -> None:
     print(f"targets missing a whole expected group shown degraded: {shown}/{len(whole)} "
           f"(with the rule before coverage, degraded only when nothing was stored: {before}/{len(whole)})")
     print(f"{len(scores)} walks {'mapped offline' if args.offline else 'polled through snmpsim'} in {took:.1f} s")
+    hosts()
+
+
+def hosts() -> None:
+    """The host corpus: (source, group) cells and no-reading captures."""
+    t0 = time.perf_counter()
+    wrong: dict[tuple[str, str], list[str]] = {}
+    blind = blind_ok = 0
+    for case in CASES:
+        bad = mismatches(case)
+        wrong.setdefault((case.source, case.group), []).extend(f"{case.path}: {b}" for b in bad)
+        if not case.expect:
+            blind += 1
+            blind_ok += not bad
+    took = time.perf_counter() - t0
+    good = [c for c, w in wrong.items() if not w]
+    print()
+    print(f"hosts: {len({c.path for c in CASES})} captures, {len(wrong)} (source, group) cells, "
+          f"{len({s for s, _ in wrong})} sources")
+    for (source, group), lines in wrong.items():
+        for line in lines[:3]:
+            print(f"    {source} / {group}: {line}")
+    print(f"host cells with correct values: {len(good)}/{len(wrong)} ({100 * len(good) / len(wrong):.1f} %)")
+    print(f"host captures that must give no reading, reported: {blind_ok}/{blind} "
+          f"({100 * blind_ok / max(1, blind):.1f} %), silent: {blind - blind_ok}")
+    print(f"{len(CASES)} host rows parsed in {took:.2f} s")
 
 
 if __name__ == "__main__":
