@@ -54,7 +54,7 @@ SHARED_HITS = ("optical_degradation", "post_fec_errors", "flap_storm", "ber_degr
 # a finding of the key kind on a port hides these kinds on the same port (one cause, one alert)
 EXPLAINS = {
     "flap_storm": ("loose_module", "ber_degradation", "post_fec_errors", "anomaly"),
-    "optical_degradation": ("ber_degradation", "post_fec_errors", "anomaly"),
+    "optical_degradation": ("ber_degradation", "post_fec_errors", "loose_module", "anomaly"),  # powers not normal
     "loose_module": ("ber_degradation", "post_fec_errors", "anomaly"),  # its bursts are intermittent errors
     "post_fec_errors": ("ber_degradation", "anomaly"),
     "pause_storm": ("congestion", "host_side"),
@@ -471,14 +471,19 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
         active["ber_degradation"] = active["ber_degradation"] & ~waiting & ~st.last_raw["optical_degradation"]
     # post-FEC errors that alerted before the optics were read (counters every 5 min, DOM every 15) and that the
     # rx drop now explains keep their alert, with the optical cause, instead of giving way to a second one
+    # (for the whole optical episode: when the errors stop, the alert goes on with the optics' state)
     carried: set[int] = set()
+    opt_state = firing["optical_degradation"].copy(), holding["optical_degradation"].copy()
     if "post_fec_errors" in active and "optical_degradation" in active:
         on_pf, on_opt = st.onset["post_fec_errors"], st.onset["optical_degradation"]
-        first = active["post_fec_errors"] & st.last_raw["optical_degradation"] & (on_pf > 0) & \
+        opt_on = active["optical_degradation"] | st.last_raw["optical_degradation"] | (on_opt > 0)
+        st.pf_carry |= active["post_fec_errors"] & st.last_raw["optical_degradation"] & (on_pf > 0) & \
             ((on_opt == 0) | (on_pf < on_opt))
-        carried = set(np.flatnonzero(first).tolist())
-        active["optical_degradation"] = active["optical_degradation"] & ~first
-        active["post_fec_errors"] = active["post_fec_errors"] | first
+        st.pf_carry &= opt_on | active["post_fec_errors"]
+        carry = st.pf_carry & (opt_on | active["post_fec_errors"])
+        carried = set(np.flatnonzero(carry).tolist())
+        active["optical_degradation"] = active["optical_degradation"] & ~carry
+        active["post_fec_errors"] = active["post_fec_errors"] | carry
     # one cause, one alert: hide kinds explained by another active kind on the same port
     for k, hides in EXPLAINS.items():
         if k in active:
@@ -522,8 +527,12 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
                 b.optical(p, state)
                 continue
             if kind == "post_fec_errors":
+                if p in carried:  # the optics explain the errors that alerted first: that alert, their cause
+                    both = firing[kind][p] or opt_state[0][p]
+                    b.optical(p, "firing" if both else "holding", kind="post_fec_errors")
+                    continue
                 if st.last_raw["optical_degradation"][p]:  # the optics explain the errors: name their cause
-                    b.optical(p, state, kind="post_fec_errors" if p in carried else "optical_degradation")
+                    b.optical(p, state)
                     continue
                 copper = bool(fab.copper[p])
                 summary, ev = _summary(b, kind, p)

@@ -607,6 +607,7 @@ class FeatureState:
         # admin up (or admin unknown) when it started; 0: up, unknown, or down only because an end is admin-down
         self.down_since = np.zeros(P, np.int64)
         self.down_from_up = np.zeros(P, bool)          # that run began with an up -> down transition seen here
+        self.pf_carry = np.zeros(P, bool)              # a post-FEC alert carries this port's optical episode
         # layer-1 results, refreshed at each trend bucket close and kept until the next
         self.lane_trend = {k: np.full(L, np.nan) for k in ("rx_slope", "rx_level", "ttt_warn", "ttt_alarm",
                                                             "bias_slope")}
@@ -795,6 +796,7 @@ class FeatureState:
                                     "wob_sum": self.wob_sum, "wob_n": self.wob_n,
                                     "flagged": self.flagged,
                                     "down_since": self.down_since, "down_from_up": self.down_from_up,
+                                    "pf_carry": self.pf_carry,
                                     "flap_t": self.flaps.t}
         for m, t in self.gauges.items():
             for f in t.FIELDS:

@@ -8,7 +8,7 @@ import pytest
 from service.detection.findings import Action, Cause, Severity
 from service.detection.state import Config, FeatureState, increases
 from service.telemetry.counters import increase
-from tests.detection.crafted import Driver, firing, tiny_fabric
+from tests.detection.crafted import T0, Driver, firing, tiny_fabric
 
 
 def warm(d: Driver, n: int = 20) -> list:
@@ -477,3 +477,38 @@ def test_a_switch_to_switch_link_down_is_a_ticket() -> None:
     d.oper[[p, d.fab.peer[p]]] = 0
     f = firing(d.run(4), "link_down")
     assert f and f[-1].severity is Severity.TICKET and "traffic is on the device's other links" in f[-1].summary
+
+
+def test_a_post_fec_alert_before_the_optics_keeps_carrying_the_optical_episode_after_the_errors_stop() -> None:
+    """Counters every 5 min, optics every 15, cycles every minute: a dirty connector's post-FEC errors alert before
+    the optics are read; the rx reading then names the cause, and that one alert goes on with it, also after the
+    errors stop while the rx stays down (never a second, optical alert for the same fault)."""
+    d = Driver()
+    optics = {"optic_rx_power_dbm", "optic_tx_power_dbm", "optic_tx_bias_amperes", "optic_temperature_celsius",
+              "optic_voltage_volts"}
+    others = set(d.counters) | set(d.prio) | {"port_oper_up", "port_admin_up", "gpu_pcie_link_width"}
+
+    def run(n: int, rx: np.ndarray | None = None, inc: dict | None = None) -> list:
+        out = []
+        for _ in range(n):
+            k = (d.t - T0) // d.step_ms + 1  # the minute this step ends
+            drop = (optics if k % 15 else set()) | (others if k % 5 else set())
+            d.step(rx=rx, inc=inc if k % 5 == 0 else None, drop=drop)
+            out += d.cycle()
+        return out
+
+    run(60)  # an hour of healthy polls; the next optics poll is at minute 75
+    p = d.port("leaf", "Ethernet1/7")
+    rx = d.rx.copy()
+    rx[d.fab.lane_off[p] + 1] -= 4.0
+    errs = np.zeros(d.fab.P)
+    errs[p] = 20
+    out = run(30, rx=rx, inc={"port_fec_uncorrectable_codewords_total": errs})  # errors for 30 min
+    out += run(60, rx=rx)  # the errors stop; the rx stays down
+    mine = [x for x in out if x.port == "Ethernet1/7"]
+    assert {x.fingerprint for x in mine} == {"post_fec_errors/leaf:Ethernet1/7"}
+    first = [x for x in mine if x.state == "firing"][0]
+    assert first.at_ms < T0 + 75 * 60_000  # alerted on the counters, before the optics were read
+    after = [x for x in mine if x.at_ms >= T0 + 76 * 60_000]
+    assert after and {x.cause for x in after} == {Cause.CONTAMINATION}
+    assert after[-1].at_ms == d.t and after[-1].state == "firing"  # still open, an hour after the errors stopped
