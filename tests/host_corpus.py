@@ -175,6 +175,16 @@ CASES: list[Case] = [
         k("optic_rx_power_dbm", lane=0): dbm(0.7682),
         k("optic_rx_power_dbm", lane=3): -40.0,  # 0.0000 mW on a live module: a dark lane
         k("optic_tx_bias_amperes", lane=3): 0.0, k("optic_temperature_celsius"): 42.17}),
+    Case(M + "robinchrist_cwdm4_qsfp28_finisar_FTLC1152RGPL6-FB_mlx5_live_ethtool_m.txt", QSFP_M, "optics", {
+        k("optic_rx_power_dbm", lane=0): dbm(0.9969), k("optic_tx_power_dbm", lane=3): dbm(1.1533),
+        k("optic_tx_bias_amperes", lane=0): 0.042068, k("optic_temperature_celsius"): 33.76,
+        k("optic_voltage_volts"): 3.2505}),
+    # the same module before its OUI was changed: the ConnectX-4 keeps its lasers off. Temperature and
+    # voltage are live, so 0.0001 mW is a reading (dark lanes, no bias), not "no reading"
+    Case(M + "robinchrist_cwdm4_qsfp28_finisar_FTLC1152RGPL6-FB_mlx5_laser_disabled_ethtool_m.txt", QSFP_M,
+         "optics", {k("optic_tx_power_dbm", lane=0): -40.0, k("optic_rx_power_dbm", lane=3): -40.0,
+                    k("optic_tx_bias_amperes", lane=2): 0.0, k("optic_temperature_celsius"): 34.5,
+                    k("optic_voltage_volts"): 3.2706}),
     Case(M + "lore_netdev_20250210_sff8636_qsfp28_aoc_mellanox_MFS1S00-V003E_ethtool_json_m.json", QSFP_M,
          "optics", {k("optic_rx_power_dbm", lane=3): dbm(0.0394), k("optic_voltage_volts"): 3.259}),
     Case(M + "lore_netdev_20241015_cmis_qsfpdd_arista_QDD-400G-XDR4_ethtool_m.txt", QSFPDD_M, "optics", {

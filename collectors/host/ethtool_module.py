@@ -104,7 +104,8 @@ def mw_to_dbm(mw: float) -> float:
 
 # ----------------------------------------------------------------------------- text form
 
-_PROMPT_RE = re.compile(r"^\S*[$#]\s*(sudo\s+)?ethtool\b")
+# The command line before the output, with or without a shell prompt ("ethtool -m ens16f1np1")
+_PROMPT_RE = re.compile(r"^(?:\S*[$#]\s*)?(sudo\s+)?ethtool\s+(?:-m|--module-info)\b")
 _KV_RE = re.compile(r"^\s*([^:]+?)\s*:\s?(.*?)\s*$")
 _CHAN_RE = re.compile(r"^(?P<base>.*?)\s*\((?:Channel|Chan)\s+(?P<n>\d+)\)$")
 _NUM = r"(-?\d+(?:\.\d+)?)"

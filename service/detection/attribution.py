@@ -394,8 +394,11 @@ def _summary(b: Builder, kind: str, p: int) -> tuple[str, list[Evidence]]:
         win = st.cfg.flap_storm_window_s
         n = int(f.flaps_window[p])
         many = f"{n}" if n < st.flaps.t.shape[1] else f"{n} or more"
+        q = int(st.fabric.peer[p])
+        since = max(int(st.down_since[p]), int(st.down_since[q]) if q >= 0 else 0)
+        down = f"; the link is down since {_utc(since)}" if since > 0 else ""
         return (f"link flap storm on {dev}:{port}: {many} flaps within the last {win / 60:.0f} min "
-                f"({st.cfg.flap_storm_count} or more is a storm)",
+                f"({st.cfg.flap_storm_count} or more is a storm){down}",
                 [_ev("flaps_in_window", float(n), 0.0, None, f"per {win / 60:.0f} min"),
                  _ev("flaps_last_poll", f.flaps[p], None, None, "count")])
     if kind == "loose_module":
@@ -458,6 +461,11 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
     active = {k: firing[k] | holding[k] for k in firing}
     # a down link explains whatever else its two ends show (dark rx, no traffic, the flaps that took it down)
     if "link_down" in active:
+        # a link that went down at the end of a flap storm: the storm is the cause while its flaps are in the
+        # window (a 15 min cycle reads the storm and the down run at once; a 60 s one saw the storm first), and
+        # its finding says the link is down; the link-down finding takes over when the window has passed
+        if "flap_storm" in active:
+            active["link_down"] = active["link_down"] & ~_either_end(active["flap_storm"], fab.peer)
         down = _either_end(active["link_down"], fab.peer)
         for k in active:
             if k != "link_down":

@@ -512,3 +512,32 @@ def test_a_post_fec_alert_before_the_optics_keeps_carrying_the_optical_episode_a
     after = [x for x in mine if x.at_ms >= T0 + 76 * 60_000]
     assert after and {x.cause for x in after} == {Cause.CONTAMINATION}
     assert after[-1].at_ms == d.t and after[-1].state == "firing"  # still open, an hour after the errors stopped
+
+
+@pytest.mark.parametrize("cycle_every", [1, 15])
+def test_a_storm_that_ends_with_the_link_down_is_the_storm_at_any_cycle_step(cycle_every: int) -> None:
+    """A flap storm whose link then stays down: the storm is the first finding, whether the cycles read every poll
+    or read the storm and the down run at once (a 15-minute cycle); the link-down finding follows when the storm's
+    flaps leave the window."""
+    d = Driver()
+    warm(d, 30)
+    p = d.port("leaf", "Ethernet1/5")
+    q = int(d.fab.peer[p])
+    link = np.zeros(d.fab.P)
+    link[[p, q]] = 3
+    rx = d.rx.copy()
+    for x in (p, q):
+        rx[d.fab.lane_off[x]:d.fab.lane_off[x + 1]] = -40.0
+    out = []
+    for k in range(60):
+        storming = k < 3
+        d.oper[[p, q]] = 1 if storming else 0
+        d.step(inc={"port_link_down_events_total": link} if storming else None, rx=None if storming else rx)
+        if (k + 1) % cycle_every == 0:
+            out += d.cycle()
+    fired = [x for x in firing(out) if {x.port, x.peer_port} & {"Ethernet1/5"}]
+    assert fired and fired[0].kind == "flap_storm" and fired[0].cause is Cause.FLAP_STORM
+    assert "the link is down since" in [x for x in fired if x.kind == "flap_storm"][-1].summary
+    storm_end = max(x.at_ms for x in fired if x.kind == "flap_storm")
+    assert {x.kind for x in fired} == {"flap_storm", "link_down"}
+    assert min(x.at_ms for x in fired if x.kind == "link_down") > storm_end  # one finding at a time
