@@ -145,6 +145,7 @@ def test_optics_vanishing_degrades_then_alerts_after_n_polls_and_resolves(db: En
     assert _gauge(body, "fabricwatch_target_missing_groups", group="optics") == 1
     assert _gauge(body, "fabricwatch_target_missing_groups", group="counters") == 0
     assert _gauge(body, "fabricwatch_targets", state="degraded") == 1
+    assert _gauge(body, "fabricwatch_targets_not_ok", protocol="snmp", reason="group_missing") == 1
 
     _cycle(db)   # one collection without optics: degraded, no alert yet
     assert _gap_alert(db, "leaf1") is None
