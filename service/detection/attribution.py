@@ -29,6 +29,7 @@ component finding are folded into that one device-level finding.
 
 from __future__ import annotations
 
+from dataclasses import replace as dc_replace
 from datetime import UTC, datetime
 
 import numpy as np
@@ -216,12 +217,16 @@ class Builder:
         return ev
 
     # -- optical ----------------------------------------------------------------------------
-    def optical(self, p: int, state: str, kind: str = "optical_degradation") -> None:
+    def optical(self, p: int, state: str, kind: str = "optical_degradation", lane_deg: np.ndarray | None = None
+                ) -> None:
         """The optical finding of receiver p (`kind`: post_fec_errors when it carries a post-FEC alert that the
-        optics now explain, so that alert keeps its identity and takes the optical cause)."""
+        optics now explain, so that alert keeps its identity and takes the optical cause; `lane_deg`: the degraded
+        lanes, when not the optical rule's)."""
         f, fab, cfg = self.f, self.fab, self.st.cfg
         lanes = np.arange(fab.lane_off[p], fab.lane_off[p + 1])
-        deg = lanes[self.cond.lane_deg[lanes]] if self.cond.lane_deg is not None else lanes[:0]
+        if lane_deg is None:
+            lane_deg = self.cond.lane_deg
+        deg = lanes[lane_deg[lanes]] if lane_deg is not None else lanes[:0]
         if not len(deg):
             deg = lanes[np.argsort(np.nan_to_num(f.rx_margin_warn[lanes], nan=np.inf))[:1]]
         lane_nos = (deg - fab.lane_off[p]).tolist()
@@ -298,6 +303,29 @@ class Builder:
                        f"{when}")
             self.add(kind, p, Cause.CONTAMINATION, sev, Action.CLEAN, state,
                      self.cond.score["optical_degradation"][p], summary, ttt=ttt, evidence=ev)
+
+
+def lit_but_weak(st: FeatureState, f: Features, p: int) -> tuple[int, np.ndarray | None]:
+    """The receiver of p's link whose light arrives (lit) but >= rx_drop_db under its baseline, or under the
+    module's low-warning, on some lane: an optical loss that took the link down, not a dark end (-1 if neither);
+    and its weak lanes."""
+    fab, cfg = st.fabric, st.cfg
+    q = int(fab.peer[p])
+    best, lanes_out, worst = -1, None, 0.0
+    for x in (p, q) if q >= 0 else (p,):
+        if not f.lit[x]:
+            continue
+        lanes = slice(fab.lane_off[x], fab.lane_off[x + 1])
+        with np.errstate(invalid="ignore"):
+            weak = np.nan_to_num((f.rx_delta[lanes] <= -cfg.rx_drop_db) | (f.rx_margin_warn[lanes] < 0), nan=0.0)
+            weak = weak.astype(bool) & (f.rx[lanes] > cfg.lit_dbm)
+        if weak.any():
+            drop = float(np.nanmin(np.where(weak, np.fmin(f.rx_delta[lanes], f.rx_margin_warn[lanes]), np.inf)))
+            if best < 0 or drop < worst:
+                best, worst = x, drop
+                lanes_out = np.zeros(fab.L, bool)
+                lanes_out[lanes] = weak
+    return best, lanes_out
 
 
 def link_dedupe(mask: np.ndarray, score: np.ndarray, peer: np.ndarray, onset: np.ndarray | None = None
@@ -553,6 +581,18 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
                 # a host link down cuts a GPU off its rail now: page; a switch link's traffic takes the others
                 summary, ev = _summary(b, kind, p)
                 sev = Severity.PAGE if _host_link(fab, p) else Severity.TICKET
+                r, weak = lit_but_weak(st, f, p)
+                if r >= 0:  # light arrives, too weak to hold the link: the optical cause took it down
+                    b.optical(r, state, lane_deg=weak)
+                    opt = b.out.pop()
+                    b.out.append(dc_replace(
+                        opt, kind=kind, scope="link", device=b._names(p)[0], port=b._names(p)[1],
+                        peer_device=b._peer_names(p)[0], peer_port=b._peer_names(p)[1],
+                        severity=Severity.PAGE if Severity.PAGE in (sev, opt.severity) else sev,
+                        summary=f"{opt.summary}. It took the {summary}",
+                        evidence=[e for e in opt.evidence if e.feature not in ("onset_ms", "degraded_input")]
+                        + ev + b.context(kind, p), score=round(float(cond.score[kind][p]), 4)))
+                    continue
                 b.add(kind, p, Cause.LINK_DOWN, sev, Action.CHECK_LINK, state, cond.score[kind][p], summary,
                       scope="link", end=None, evidence=ev)
                 continue

@@ -541,3 +541,31 @@ def test_a_storm_that_ends_with_the_link_down_is_the_storm_at_any_cycle_step(cyc
     storm_end = max(x.at_ms for x in fired if x.kind == "flap_storm")
     assert {x.kind for x in fired} == {"flap_storm", "link_down"}
     assert min(x.at_ms for x in fired if x.kind == "link_down") > storm_end  # one finding at a time
+
+
+def test_a_link_an_optical_loss_took_down_is_link_down_with_the_optical_cause() -> None:
+    """A dirty MPO connector 5 dB down on every lane: the link drops (too little light to hold it) but the light still
+    arrives. The link-down finding names the optical cause (clean the connector), not only "check the link"; a dark
+    link (no light at either end) stays a plain link-down finding."""
+    d = Driver()
+    warm(d, 30)
+    p = d.port("leaf", "Ethernet1/6")
+    q = int(d.fab.peer[p])
+    rx = d.rx.copy()
+    rx[d.fab.lane_off[q]:d.fab.lane_off[q + 1]] -= 5.0  # the host's receiver: light arrives, 5 dB weaker
+    d.oper[[p, q]] = 0
+    f = firing(d.run(6, rx=rx), "link_down")
+    assert f and len({x.fingerprint for x in f}) == 1
+    assert (f[-1].cause, f[-1].action, f[-1].severity, f[-1].scope) == (
+        Cause.CONTAMINATION, Action.CLEAN, Severity.PAGE, "link")
+    assert "connector contamination" in f[-1].summary and "4 lanes" in f[-1].summary and "oper-down" in f[-1].summary
+    ev = {e.feature: e.value for e in f[-1].evidence}
+    assert ev["rx_delta_baseline_db"] < -4 and ev["down_for_s"] > 0 and ev["onset_ms"] > 0
+    d2 = Driver()
+    warm(d2, 30)
+    dark = d2.rx.copy()
+    for x in (p, q):
+        dark[d2.fab.lane_off[x]:d2.fab.lane_off[x + 1]] = -40.0
+    d2.oper[[p, q]] = 0
+    f2 = firing(d2.run(6, rx=dark), "link_down")
+    assert f2 and {x.cause for x in f2} == {Cause.LINK_DOWN}
