@@ -52,6 +52,9 @@ PHYSICAL_RAW = ("optical_degradation", "post_fec_errors", "flap_storm", "ber_deg
                 "anomaly", "link_down")
 SHARED_HITS = ("optical_degradation", "post_fec_errors", "flap_storm", "ber_degradation", "loose_module",
                "link_down")
+# physical findings whose evidence carries the RoCE transport's retransmit/timeout/ICRC rates (#18)
+ROCE_EVIDENCE = ("optical_degradation", "post_fec_errors", "flap_storm", "ber_degradation", "loose_module",
+                 "dom_threshold", "bias_drift", "anomaly")
 # a finding of the key kind on a port hides these kinds on the same port (one cause, one alert)
 EXPLAINS = {
     "flap_storm": ("loose_module", "ber_degradation", "post_fec_errors", "anomaly"),
@@ -214,7 +217,23 @@ class Builder:
         bits = int(self.cond.degraded[kind][p]) if kind in self.cond.degraded else 0
         ev += [Evidence("degraded_input", float("nan"), None, None, "", why)
                for i, why in enumerate(DEGRADED) if bits >> i & 1]
+        if kind in ROCE_EVIDENCE:
+            ev += self.roce(p)
         return ev
+
+    def roce(self, p: int) -> list[Evidence]:
+        """What the link costs RDMA: the RoCE retransmit, timeout and ICRC rates of the host NIC at either end of
+        port p's link (what that NIC reports; none on a switch-to-switch link)."""
+        fab, f = self.fab, self.f
+        q = int(fab.peer[p])
+        nic = p if fab.is_host[p] else q if q >= 0 and fab.is_host[q] else -1
+        if nic < 0:
+            return []
+        where = "{}:{} (RoCE transport)".format(*self._names(nic))
+        return [_ev(name, float(x[nic]), None, None, "per s", where)
+                for name, x in (("roce_retransmits_per_s", f.roce_retx_rate),
+                                ("roce_timeouts_per_s", f.roce_timeout_rate),
+                                ("roce_icrc_errors_per_s", f.icrc_rate)) if np.isfinite(x[nic])]
 
     # -- optical ----------------------------------------------------------------------------
     def optical(self, p: int, state: str, kind: str = "optical_degradation", lane_deg: np.ndarray | None = None

@@ -104,6 +104,10 @@ class Features:
     line_known: np.ndarray         # (P,) bool: a line rate is known (inventory, speed gauge or rx phy bits)
     ecn_frac: np.ndarray
     cnp_rate: np.ndarray
+    # RoCE transport (host NICs): per second over the observation; NaN where not reported
+    roce_retx_rate: np.ndarray     # NAK sequence errors, implied NAKs, duplicate requests, adaptive retransmits
+    roce_timeout_rate: np.ndarray  # local ACK timeouts, adaptive retransmission timeouts
+    icrc_rate: np.ndarray          # RoCE packets with a bad ICRC
     pcie_width: np.ndarray
     pcie_gen: np.ndarray
     # cohort
@@ -136,6 +140,15 @@ def _worst_prio(x: np.ndarray, P: int) -> np.ndarray:
     """Per port, the largest finite value over priorities (NaN when none), clipped to [0, 1] (a duty)."""
     y = np.where(np.isfinite(x), x, -1.0).reshape(P, NPRIO).max(axis=1)
     return np.where(y < 0, np.nan, np.clip(y, 0.0, 1.0))
+
+
+def _rate_sum(c: dict, metrics: tuple[str, ...]) -> np.ndarray:
+    """Per port, the summed per-second rate of the counters that report (NaN where none does)."""
+    rates = [c[m].rate() for m in metrics]
+    seen = np.zeros(len(rates[0]), bool)
+    for r in rates:
+        seen |= np.isfinite(r)
+    return np.where(seen, sum(np.nan_to_num(r, nan=0.0) for r in rates), np.nan)
 
 
 def at_newest_event(st: FeatureState) -> np.ndarray:
@@ -245,6 +258,11 @@ def compute(st: FeatureState, at_ms: int) -> Features:
         ecn = c["port_ecn_marked_packets_total"]
         ecn_frac = np.where((ecn.h_ms > 0) & (rxpk.h_acc > 0), ecn.h_acc / np.maximum(rxpk.h_acc, 1), np.nan)
         cnp_rate = c["port_cnp_sent_total"].rate()
+        roce_retx_rate = _rate_sum(c, ("port_nak_sequence_errors_total", "port_implied_nak_sequence_errors_total",
+                                       "port_duplicate_requests_total", "port_adaptive_retransmits_total"))
+        roce_timeout_rate = _rate_sum(c, ("port_local_ack_timeouts_total",
+                                          "port_adaptive_retransmit_timeouts_total"))
+        icrc_rate = c["port_icrc_errors_total"].rate()
 
         z_med, z_mad = group_median_mad(rx_margin_min, fab.cohort, len(fab.cohort_names))
         scale = np.maximum(1.4826 * z_mad, 0.5)[fab.cohort]
@@ -265,7 +283,8 @@ def compute(st: FeatureState, at_ms: int) -> Features:
         burst_pen=st.pen["burst"].value(at_ms), event_pen=at_newest_event(st),
         tx_pause_duty=tx_pause_duty, tx_pause_duty_mean=tx_pause_duty_mean, rx_pause_duty=rx_pause_duty,
         storm_events=storm, rx_util=rx_util, rx_util_low=rx_util_low, rx_bps_low=rx_bps_low, line_known=line_known,
-        ecn_frac=ecn_frac, cnp_rate=cnp_rate, pcie_width=g["gpu_pcie_link_width"].h_mean.copy(),
+        ecn_frac=ecn_frac, cnp_rate=cnp_rate, roce_retx_rate=roce_retx_rate, roce_timeout_rate=roce_timeout_rate,
+        icrc_rate=icrc_rate, pcie_width=g["gpu_pcie_link_width"].h_mean.copy(),
         pcie_gen=g["gpu_pcie_link_generation"].h_mean.copy(),
         rx_margin_cohort_z=rx_z, rx_margin_cohort_med=z_med[fab.cohort],
     )

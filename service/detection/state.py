@@ -31,7 +31,12 @@ COUNTER_PORT = ("port_link_down_events_total", "port_carrier_changes_total", "po
                 "port_fec_corrected_bits_total", "port_fec_uncorrectable_codewords_total", "port_symbol_errors_total",
                 "port_rx_fcs_errors_total", "port_rx_errors_total", "port_ecn_marked_packets_total",
                 "port_cnp_sent_total", "port_pause_storm_warning_events_total", "port_pause_storm_error_events_total",
-                "port_tx_pause_seconds_total")
+                "port_tx_pause_seconds_total") + (
+    # RoCE transport (RC) loss signals of a host NIC: evidence of what a link fault costs the RDMA traffic
+    "port_local_ack_timeouts_total", "port_adaptive_retransmit_timeouts_total",  # timeouts
+    "port_nak_sequence_errors_total", "port_implied_nak_sequence_errors_total", "port_duplicate_requests_total",
+    "port_adaptive_retransmits_total",  # retransmits
+    "port_icrc_errors_total")  # corrupted end to end
 COUNTER_PRIO = ("port_pfc_tx_pause_seconds_total", "port_pfc_rx_pause_seconds_total")
 # metric -> entity axis it is stored on
 AXIS: dict[str, str] = {**{m: "port" for m in GAUGE_PORT + COUNTER_PORT}, **{m: "lane" for m in GAUGE_LANE},

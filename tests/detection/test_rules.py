@@ -569,3 +569,36 @@ def test_a_link_an_optical_loss_took_down_is_link_down_with_the_optical_cause() 
     d2.oper[[p, q]] = 0
     f2 = firing(d2.run(6, rx=dark), "link_down")
     assert f2 and {x.cause for x in f2} == {Cause.LINK_DOWN}
+
+
+def test_physical_findings_carry_the_host_nics_roce_retransmit_and_timeout_rates() -> None:
+    """#18: a dirty connector on a switch port costs the RDMA traffic of the host NIC at the far end: the finding's
+    evidence carries that NIC's RoCE retransmit, timeout and ICRC rates (per second over the observation)."""
+    d = Driver()
+    roce = ("port_nak_sequence_errors_total", "port_duplicate_requests_total", "port_local_ack_timeouts_total",
+            "port_icrc_errors_total")
+    for m in roce:
+        d.counters[m] = np.zeros(d.fab.P)
+    warm(d, 30)
+    p = d.port("leaf", "Ethernet1/7")
+    q = int(d.fab.peer[p])
+    rx = d.rx.copy()
+    rx[d.fab.lane_off[p] + 1] -= 4.0
+    inc = {m: np.zeros(d.fab.P) for m in roce}
+    inc["port_nak_sequence_errors_total"][q] = 60 * 30   # 30/s
+    inc["port_duplicate_requests_total"][q] = 60 * 10    # 10/s
+    inc["port_local_ack_timeouts_total"][q] = 60 * 2     # 2/s
+    inc["port_icrc_errors_total"][q] = 60 * 0.5
+    f = [x for x in firing(d.run(4, rx=rx, inc=inc)) if x.port == "Ethernet1/7"]
+    assert f and f[-1].cause is Cause.CONTAMINATION
+    ev = {e.feature: e for e in f[-1].evidence}
+    nic = f"{d.fab.dev_names[d.fab.dev[q]]}:{d.fab.port_names[q]} (RoCE transport)"
+    assert ev["roce_retransmits_per_s"].value == pytest.approx(40.0)
+    assert ev["roce_timeouts_per_s"].value == pytest.approx(2.0)
+    assert ev["roce_icrc_errors_per_s"].value == pytest.approx(0.5)
+    assert ev["roce_retransmits_per_s"].note == nic
+    # a NIC that does not report the RoCE counters: no such rows (never a made-up zero)
+    d2 = Driver()
+    warm(d2, 30)
+    f2 = [x for x in firing(d2.run(4, rx=rx)) if x.port == "Ethernet1/7"]
+    assert f2 and not {e.feature for e in f2[-1].evidence} & {"roce_retransmits_per_s", "roce_timeouts_per_s"}
