@@ -84,6 +84,10 @@ DIALECTS: tuple[Dialect, ...] = (
     Dialect("dell-os10", ("1.3.6.1.4.1.674.11000.5000.100",), re.compile(r"\bOS10\b"), frozenset({"mgmt1/1/1"})),
     Dialect("nvidia-onyx", ("1.3.6.1.4.1.33049",), re.compile(r"\b(?:Onyx|MLNX-OS)\b"), frozenset({"mgmt0", "mgmt1"})),
     Dialect("nokia-srlinux", (), re.compile(r"\bSR ?Linux\b", re.I), frozenset({"mgmt0"})),
+    # SR OS (TiMOS) on 7250 IXR / 7750: the CPM management ports are A/1 and B/1. SR Linux shares
+    # Nokia's enterprise number, so it is recognised first, by its sysDescr.
+    Dialect("nokia-sros", ("1.3.6.1.4.1.6527.1.3",), re.compile(r"\bTiMOS\b"),
+            frozenset({"A/1", "A/2", "A/3", "A/4", "B/1", "B/2", "B/3", "B/4"})),
     Dialect("dell-os9", ("1.3.6.1.4.1.6027",), re.compile(r"Dell Networking OS|Force10"), _OS9_MANAGEMENT,
             connectors=False),
     # PicOS reports its VLAN interfaces and `loopback` as ethernetCsmacd: front ports are

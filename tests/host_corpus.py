@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from collectors.base import ParseError
 from collectors.host.ethtool_module import parse_ethtool_module
 from collectors.host.ethtool_stats import parse_ethtool_stats
 from collectors.host.rdma_sysfs import parse_hw_counters_dump, parse_perfquery, parse_rdma_stat, read_rdma_sysfs
@@ -264,7 +265,10 @@ def mismatches(case: Case) -> list[str]:
     A row with no values must also say why in a warning ("no DOM reading"): a blind spot, never silent.
     """
     path = FIXTURES / case.path
-    samples = parser_for(case.path)(path)
+    try:
+        samples = parser_for(case.path)(path)
+    except ParseError as e:
+        return [f"refused: {e}"]
     out = [f"{s.metric}: not in the catalogue" for s in samples if catalogue.get(s.metric) is None]
     got = {(s.metric, s.port, s.lane, s.priority): s.value for s in samples}
     if len(got) != len(samples):
