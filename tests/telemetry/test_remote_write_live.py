@@ -1,0 +1,246 @@
+"""A real Prometheus scrapes a real node_exporter and a real snmp_exporter (walking snmpsim serving a real
+Arista recording) and remote-writes into a fabricwatch API started here; the samples land under the
+catalogue's names and the inventory's ports, checked against the exporters' own /metrics.
+
+Programs: Debian prometheus, prometheus-node-exporter, prometheus-snmp-exporter; snmpsim (dev extra).
+They start once for the module, scrape every second and send every second.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session
+
+from service.config import load_settings
+from service.inventory.schemas import Inventory
+from service.inventory.service import upsert_inventory
+from service.telemetry import remote_write as rw
+from service.telemetry.promtext import parse_lines
+from tests.live_api import free_tcp_port, live_api
+from tests.snmp_peers import start_snmpsim
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+ARISTA = DATA / "snmp" / "arista_eos_4.20_dcs-7150s-24.snmprec"
+SNMP_YML = DATA / "exporters" / "snmp.yml"
+
+
+def _binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} not found: install the Debian package {name} (the test needs the real program)")
+    return path
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as fh:
+        return subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT)
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 20) -> None:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited: {log.read_text()[-1500:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer: {log.read_text()[-1500:]}")
+
+
+def _metrics(text_: str) -> list[tuple[str, dict[str, str], float]]:
+    return [(p.name, dict(p.labels), p.value) for p in parse_lines(text_.splitlines(), "metrics")]
+
+
+@dataclass
+class Lab:
+    db: Engine
+    node_url: str
+    snmp_url: str
+    snmp_target: str
+    before: list[tuple[str, dict[str, str], float]]  # node_exporter before Prometheus started
+
+
+@pytest.fixture(scope="module")
+def lab(engine: Engine, db_url: str) -> Iterator[Lab]:
+    from tests.conftest import _TABLES_SQL
+
+    with engine.begin() as conn:
+        conn.execute(text(f"TRUNCATE {conn.execute(text(_TABLES_SQL)).scalar()} RESTART IDENTITY CASCADE"))
+    work = Path(tempfile.mkdtemp(prefix="fw-rw-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    snmpsim = start_snmpsim({"public": ARISTA})
+    try:
+        ne_port, se_port, prom_port = free_tcp_port(), free_tcp_port(), free_tcp_port()
+        procs.append(ne := _start([_binary("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{ne_port}",
+                                   "--collector.disable-defaults", "--collector.netdev", "--collector.netclass"],
+                                  work / "node.log"))
+        procs.append(se := _start([_binary("prometheus-snmp-exporter"), f"--config.file={SNMP_YML}",
+                                   f"--web.listen-address=127.0.0.1:{se_port}"], work / "snmp.log"))
+        node_url, snmp_url = f"http://127.0.0.1:{ne_port}/metrics", f"http://127.0.0.1:{se_port}/snmp"
+        _wait_http(node_url, ne, work / "node.log")
+        _wait_http(f"http://127.0.0.1:{se_port}/", se, work / "snmp.log")
+        before = _metrics(httpx.get(node_url).text)
+        netdevs = sorted({lb["device"] for n, lb, _ in before if n == "node_network_receive_bytes_total"})
+        assert netdevs, "node_exporter shows no network device"
+        target = f"127.0.0.1:{snmpsim.port}"
+        if_names = sorted({lb["ifName"] for n, lb, _ in _metrics(httpx.get(
+            snmp_url, params={"target": target, "module": "if_mib"}, timeout=20).text) if n == "ifHighSpeed"})
+        inventory = {"devices": [
+            {"name": "lab-host", "kind": "host", "role": "host", "mgmt_address": "127.0.0.1",
+             "ports": [{"name": d} for d in netdevs]},
+            {"name": "arista1", "kind": "switch", "role": "leaf",
+             "ports": [{"name": n, **({"optic": {"type": "10G-SR"}} if n == "Ethernet21" else {})} for n in if_names],
+             "endpoints": [{"protocol": "snmp", "address": "127.0.0.1", "port": snmpsim.port,
+                            "community": {"env": "FW_TEST_COMMUNITY"}}]},
+        ]}
+        with Session(engine) as session:
+            upsert_inventory(session=session, inventory=Inventory.model_validate(inventory))
+            session.commit()
+        rw.MAPPER.forget()
+        settings = load_settings(auth_required=False, database_url=db_url)
+        with live_api(settings) as api:
+            (work / "prometheus.yml").write_text(f"""
+global: {{scrape_interval: 1s, scrape_timeout: 900ms}}
+scrape_configs:
+  - job_name: node
+    static_configs: [{{targets: ["127.0.0.1:{ne_port}"]}}]
+  - job_name: snmp_if_mib
+    scrape_interval: 2s
+    scrape_timeout: 2s
+    metrics_path: /snmp
+    params: {{module: [if_mib]}}
+    static_configs: [{{targets: ["{target}"]}}]
+    relabel_configs:
+      - {{source_labels: [__address__], target_label: __param_target}}
+      - {{source_labels: [__param_target], target_label: instance}}
+      - {{target_label: __address__, replacement: "127.0.0.1:{se_port}"}}
+  - job_name: snmp_dom
+    scrape_interval: 2s
+    scrape_timeout: 2s
+    metrics_path: /snmp
+    params: {{module: [dom]}}
+    static_configs: [{{targets: ["{target}"]}}]
+    relabel_configs:
+      - {{source_labels: [__address__], target_label: __param_target}}
+      - {{source_labels: [__param_target], target_label: instance}}
+      - {{target_label: __address__, replacement: "127.0.0.1:{se_port}"}}
+remote_write:
+  - url: {api}/api/v1/write
+    queue_config: {{batch_send_deadline: 1s, min_backoff: 100ms, max_backoff: 1s}}
+    metadata_config: {{send_interval: 2s}}
+""")
+            procs.append(_start([_binary("prometheus"), f"--config.file={work / 'prometheus.yml'}",
+                                 f"--storage.tsdb.path={work / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
+                                work / "prometheus.log"))
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:  # three scrapes of each arrived
+                with engine.connect() as conn:
+                    n = conn.execute(text(
+                        "SELECT min(c) FROM (SELECT d.name, count(DISTINCT x.ts) c FROM samples x JOIN series s "
+                        "ON s.id = x.series_id JOIN devices d ON d.id = s.device_id GROUP BY d.name) q "
+                        "HAVING count(*) = 2")).scalar()
+                if n is not None and n >= 3:
+                    break
+                time.sleep(0.5)
+            else:
+                targets = httpx.get(f"http://127.0.0.1:{prom_port}/api/v1/targets").text[:3000]
+                pytest.fail(f"no remote write arrived: {rw.TOTALS.to_dict()} {targets}")
+            yield Lab(engine, node_url, snmp_url, target, before)
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        snmpsim.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _stored(db: Engine, device: str) -> dict[tuple[str, str | None, int | None], list[float]]:
+    out: dict[tuple[str, str | None, int | None], list[float]] = {}
+    with db.connect() as conn:
+        for metric, port, lane, value in conn.execute(text(
+                "SELECT s.metric, p.name, s.lane, x.value FROM samples x JOIN series s ON s.id = x.series_id "
+                "JOIN devices d ON d.id = s.device_id LEFT JOIN ports p ON p.id = s.port_id WHERE d.name = :d "
+                "ORDER BY x.ts"), {"d": device}):
+            out.setdefault((metric, port, lane), []).append(value)
+    return out
+
+
+def test_node_exporter_through_prometheus_lands_on_the_hosts_ports(lab: Lab) -> None:
+    after = _metrics(httpx.get(lab.node_url).text)
+    stored = _stored(lab.db, "lab-host")
+    counters = {"node_network_receive_bytes_total": "port_rx_bytes_total",
+                "node_network_transmit_packets_total": "port_tx_packets_total",
+                "node_network_receive_errs_total": "port_rx_errors_total"}
+    checked = 0
+    for name, metric in counters.items():
+        lo = {lb["device"]: v for n, lb, v in lab.before if n == name}
+        hi = {lb["device"]: v for n, lb, v in after if n == name}
+        for dev in lo:
+            values = stored[(metric, dev, None)]
+            # every stored reading is one node_exporter gave between the two reads of its own /metrics
+            assert all(lo[dev] <= v <= hi[dev] for v in values), (metric, dev, lo[dev], values, hi[dev])
+            assert values == sorted(values)
+            checked += 1
+    assert checked >= 3
+    netdevs = {lb["device"] for n, lb, _ in lab.before if n == "node_network_receive_bytes_total"}
+    up = {lb["device"]: v for n, lb, v in after if n == "node_network_up"}
+    assert {d: stored[("port_oper_up", d, None)][-1] for d in up if d in netdevs} == {
+        d: v for d, v in up.items() if d in netdevs}
+    # a netdev the inventory does not have is counted per port, not stored
+    status = rw.TOTALS.to_dict()
+    for d in set(up) - netdevs:
+        assert status["unmapped_detail"]["unknown_port"][f"lab-host:{d}"] > 0
+    # non-fabric series (node_exporter's own, Go runtime, scrape health) were counted, not stored
+    assert any(k.startswith("go_") for k in status["unmapped_detail"]["unmapped_metric"])
+    assert {m for m, _p, _l in stored} <= {"port_rx_bytes_total", "port_tx_bytes_total", "port_rx_packets_total",
+                                            "port_tx_packets_total", "port_rx_errors_total", "port_tx_errors_total",
+                                            "port_rx_discards_total", "port_tx_discards_total", "port_oper_up",
+                                            "port_carrier_changes_total", "port_speed_bits_per_second"}
+
+
+def test_snmp_exporter_through_prometheus_lands_on_the_switch_ports(lab: Lab) -> None:
+    own = {}
+    for module in ("if_mib", "dom"):
+        r = httpx.get(lab.snmp_url, params={"target": lab.snmp_target, "module": module}, timeout=20)
+        own.update({(n, lb.get("ifName") or lb.get("entPhysicalDescr")): v for n, lb, v in _metrics(r.text)})
+    stored = _stored(lab.db, "arista1")
+    # IF-MIB: the recording is static, so every stored reading equals snmp_exporter's, in catalogue units
+    for obj, metric, conv in (("ifHCInOctets", "port_rx_bytes_total", lambda v: v),
+                              ("ifHighSpeed", "port_speed_bits_per_second", lambda v: v * 1e6),
+                              ("ifOperStatus", "port_oper_up", lambda v: 1.0 if v == 1 else 0.0),
+                              ("ifLastChange", "port_last_change_seconds", lambda v: v / 100)):
+        ports = {p: v for (n, p), v in own.items() if n == obj}
+        assert len(ports) >= 20
+        for port, v in ports.items():
+            assert set(stored[(metric, port, None)]) == {conv(v)}, (obj, port)
+    # DOM on Ethernet21 (Arista ENTITY-SENSOR-MIB): temperature, voltage, bias, Tx power; the Rx sensor's
+    # -1e9 is Arista's "no reading" and is not stored
+    descr = "DOM {} Sensor for Ethernet21"
+    assert stored[("optic_temperature_celsius", "Ethernet21", None)][-1] == own[("entPhySensorValue",
+                                                                                 descr.format("Temperature"))] / 10
+    assert math.isclose(stored[("optic_tx_bias_amperes", "Ethernet21", 0)][-1],
+                        own[("entPhySensorValue", descr.format("TX Bias"))] * 1e-5)
+    tx_w = own[("entPhySensorValue", descr.format("TX Power"))] * 1e-7
+    assert math.isclose(stored[("optic_tx_power_dbm", "Ethernet21", 0)][-1], 10 * math.log10(tx_w * 1000))
+    assert own[("entPhySensorValue", descr.format("RX Power"))] == -1e9
+    assert ("optic_rx_power_dbm", "Ethernet21", 0) not in stored
+    assert rw.TOTALS.to_dict()["unmapped"].get("blank_value", 0) > 0
