@@ -135,7 +135,8 @@ def collect_host(
         root, device=dev, ts_ms=ts, interfaces=list(ifs) or None, port_names=ifs, warnings=warnings)))
     if params.get("dcgm_url"):
         url = str(params["dcgm_url"])
-        sources.append((f"dcgm {url}", lambda: scrape_dcgm(url, device=dev, ts_ms=ts, timeout_s=target.timeout_s)))
+        sources.append((f"dcgm {url}", lambda: scrape_dcgm(url, device=dev, ts_ms=ts, timeout_s=target.timeout_s,
+                                                                warnings=warnings)))
     if params.get("nvml"):
         sources.append(("nvml", lambda: collect_nvml(device=dev, ts_ms=ts, warnings=warnings)))
 

@@ -13,6 +13,9 @@ Decisions:
   per-direction byte counters, so both are left out (see the catalogue gap in the report).
 - MIG: device-level fields are repeated once per GPU instance with the same `gpu`; the
   readings are one device counter, so duplicates collapse to the largest value.
+- DCGM's blank values (a field the GPU or driver does not support, or could not read) are
+  printed as huge numbers: 9223372036854775794 is DCGM_INT64_BLANK + 2, "not supported". They
+  are no reading: the field is dropped and a warning names it, never a 9.2e18 error counter.
 - `dcgmi dmon` output is parsed for structure only (`parse_dcgmi_dmon`): its NVLink fields
   1011/1012 are per-interval rates without timestamps, which no canonical metric takes.
 """
@@ -59,16 +62,37 @@ _COUNTERS = {"gpu_nvlink_crc_errors_total", "gpu_nvlink_replay_errors_total",
              "gpu_nvlink_recovery_errors_total", "gpu_nvlink_tx_bytes_total", "gpu_nvlink_rx_bytes_total"}
 
 
+# DCGM blanks (dcgm_structs.h): int64 fields use 0x7ffffffffffffff0 and up, int32 fields 0x7ffffff0 and
+# up, float64 fields 2**47 and the next few values. Counters may pass 2**31 and 2**47 for real, so only
+# the int64 range applies to them.
+_INT64_BLANK = float(0x7FFFFFFFFFFFFFF0)
+_INT32_BLANK = float(0x7FFFFFF0)
+_FP64_BLANK = float(2**47)
+
+
+def _blank(metric: str, value: float) -> bool:
+    if value >= _INT64_BLANK:
+        return True
+    if metric in _COUNTERS:
+        return False
+    return _INT32_BLANK <= value < 2**31 or _FP64_BLANK <= value < _FP64_BLANK + 16
+
+
 def field_names() -> set[str]:
     """DCGM field names this parser maps (for checking against DCGM's field table)."""
     return set(_FIELDS)
 
 
-def parse_dcgm_exporter(text: str, *, device: str, ts_ms: int, source: str) -> list[Sample]:
-    """dcgm-exporter /metrics text -> canonical samples, one set per `gpu` label."""
+def parse_dcgm_exporter(text: str, *, device: str, ts_ms: int, source: str,
+                        warnings: list[str] | None = None) -> list[Sample]:
+    """dcgm-exporter /metrics text -> canonical samples, one set per `gpu` label.
+
+    Fields that read DCGM's blank are left out; each is named once in `warnings`.
+    """
     # (metric, gpu) -> (rank, {(field, instance): value}) ; collapse MIG duplicates per field.
     acc: dict[tuple[str, int], tuple[int, dict[str, float]]] = {}
     stamp: dict[tuple[str, int], int] = {}
+    blanks: dict[str, set[int]] = {}  # field -> GPUs where it read DCGM's blank
     try:
         for pl in parse_lines(text.splitlines(), source):
             hit = _FIELDS.get(pl.name)
@@ -83,6 +107,9 @@ def parse_dcgm_exporter(text: str, *, device: str, ts_ms: int, source: str) -> l
             if gpu_text is None or not gpu_text.isdigit():
                 raise ParseError(source, f"{pl.name} has no numeric 'gpu' label", pl.line)
             key = (metric, int(gpu_text))
+            if _blank(metric, pl.value):
+                blanks.setdefault(pl.name, set()).add(key[1])
+                continue
             cur = acc.get(key)
             if cur is None or rank < cur[0]:
                 cur = (rank, {})
@@ -98,6 +125,9 @@ def parse_dcgm_exporter(text: str, *, device: str, ts_ms: int, source: str) -> l
     for (metric, gpu), (_rank, fields) in sorted(acc.items()):
         out.append(Sample(metric=metric, value=float(sum(fields.values())), ts_ms=stamp[(metric, gpu)],
                           device=device, gpu=gpu, counter_bits=64 if metric in _COUNTERS else None))
+    if blanks and warnings is not None:
+        listed = "; ".join(f"{f} (GPU {', '.join(map(str, sorted(g)))})" for f, g in sorted(blanks.items()))
+        warnings.append(f"{source}: no reading, DCGM reports blank (not supported or not read) for: {listed}")
     return out
 
 
@@ -108,6 +138,7 @@ def scrape_dcgm(
     ts_ms: int,
     timeout_s: float = 5.0,
     client: httpx.Client | None = None,
+    warnings: list[str] | None = None,
 ) -> list[Sample]:
     """GET dcgm-exporter's /metrics (url may be the base or the full path) and parse it."""
     target = url if url.rstrip("/").endswith("/metrics") else url.rstrip("/") + "/metrics"
@@ -122,7 +153,7 @@ def scrape_dcgm(
         raise CollectError(f"dcgm-exporter {target}: no answer within {timeout_s:g} s") from None
     except httpx.HTTPError as exc:
         raise CollectError(f"dcgm-exporter {target}: {exc}") from None
-    return parse_dcgm_exporter(resp.text, device=device, ts_ms=ts_ms, source=target)
+    return parse_dcgm_exporter(resp.text, device=device, ts_ms=ts_ms, source=target, warnings=warnings)
 
 
 # ----------------------------------------------------------------------------- dcgmi dmon

@@ -26,6 +26,7 @@ PARSED = {
     "vks_grid_a100-8c_vgpu_driver580.65.06_dcgm_exporter_metrics.prom",
     "cn_notes_a800-sxm4-80gb_x8_mig_driver535.129.03_dcgm_exporter_metrics_EXCERPT.prom",
     "cn_notes_dcgmi_dmon_nvlink_tx_rx_1011_1012_4gpu_8gpu.txt",  # structure only: rates, no samples
+    "tmax_hypercloud_dcgm-exporter1.4.6_pod_gpu_metrics_2gpu_blank_nvlink.prom",  # NVLink fields read blank
 }
 REJECTED = {"cn_notes_dcgmi_dmon_nvlink_pcie_1011_1012_1009_1010_8gpu_ANNOTATED.txt"}
 
@@ -37,6 +38,22 @@ def vals(samples: list) -> dict[tuple[str, int], float]:
 
 def test_every_file_is_classified() -> None:
     assert sorted(p.name for p in DIR.iterdir()) == sorted(set(REFERENCE_ONLY) | PARSED | REJECTED)
+
+
+def test_dcgm_blank_is_no_reading_not_a_huge_counter() -> None:
+    # dcgm-exporter 1.4.6 on 2 GPUs without NVLink: every NVLink field reads 9223372036854775794
+    # (DCGM_INT64_BLANK + 2, "not supported"); the flit and data CRC fields were once summed to 1.8e19
+    path = DIR / "tmax_hypercloud_dcgm-exporter1.4.6_pod_gpu_metrics_2gpu_blank_nvlink.prom"
+    warnings: list[str] = []
+    got = vals(parse_dcgm_exporter(path.read_text(), device="h", ts_ms=9, source=path.name, warnings=warnings))
+    assert got == {("gpu_temperature_celsius", 0): 36.0, ("gpu_temperature_celsius", 1): 31.0,
+                   ("gpu_last_xid", 0): 0.0, ("gpu_last_xid", 1): 0.0}
+    assert len(warnings) == 1 and "no reading, DCGM reports blank" in warnings[0]
+    for field in ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL (GPU 0, 1)",
+                  "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL (GPU 0, 1)"):
+        assert field in warnings[0]
+    # BANDWIDTH_TOTAL is not mapped at all, so its blank is not ours to report
+    assert "BANDWIDTH" not in warnings[0]
 
 
 def test_vgpu_exporter_output() -> None:
