@@ -5,7 +5,7 @@ from collections import Counter as Tally
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +126,11 @@ WHERE d.enabled GROUP BY d.id, d.name
 
 class FabricHealthMetrics:
     """fabricwatch's derived signals as gauges, read from the database at scrape time (alerts change in the
-    workers, not in this process). Cardinality is bounded: counts per state, severity and cause (fixed sets);
-    one `fabricwatch_fault_info` series per open alert, at most FAULT_SERIES_MAX; one series per configured
-    receiver. A series that would be per port exists only while that port has an open alert."""
+    workers, not in this process). They name devices, ports and receivers, so they are served only with a
+    token, at /api/v1/metrics (registry FABRIC), never on the open /metrics. Cardinality is bounded: counts
+    per state, severity and cause (fixed sets); one `fabricwatch_fault_info` series per open alert, at most
+    FAULT_SERIES_MAX; one series per configured receiver. A series that would be per port exists only while
+    that port has an open alert."""
 
     def __init__(self) -> None:
         self.engine: Any = None
@@ -231,4 +233,5 @@ class FabricHealthMetrics:
 
 
 HEALTH = FabricHealthMetrics()
-REGISTRY.register(HEALTH)  # type: ignore[arg-type]
+FABRIC = CollectorRegistry(auto_describe=False)   # /api/v1/metrics adds these to the open registry's
+FABRIC.register(HEALTH)  # type: ignore[arg-type]

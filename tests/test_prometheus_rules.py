@@ -1,5 +1,5 @@
 """The example Prometheus rules (examples/prometheus/) are valid for the real promtool, pass their unit tests,
-and name only series that fabricwatch's /metrics really exposes (so the example cannot drift from the code)."""
+and name only series that fabricwatch's /api/v1/metrics really exposes (so the example cannot drift from the code)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def _names_in(path: Path) -> set[str]:
     return set(re.findall(r"\b(fabricwatch_[a-z_]+)", path.read_text()))
 
 
-def test_every_series_the_rules_read_is_on_metrics(db: Engine, db_url: str) -> None:
+def test_every_series_the_rules_read_is_exposed(db: Engine, db_url: str) -> None:
     fast = NotifySettings(allow=("127.0.0.0/8",), timeout_s=1.0)
     dead = f"http://127.0.0.1:{free_tcp_port()}"
     with db.begin() as conn:   # enough state that every family has series: an alert, receivers, the detector
@@ -66,7 +66,7 @@ def test_every_series_the_rules_read_is_on_metrics(db: Engine, db_url: str) -> N
         apply_findings(conn=conn, findings=[finding()], at_ms=T0)
     alertmanager.deliver(db, settings=AlertmanagerSettings(timeout_s=1), notify=fast, budget_s=5)
     with TestClient(make_app(db_url, auth_required=False)) as client:
-        body = client.get("/metrics").text
+        body = client.get("/api/v1/metrics").text
     exposed = {s.name for fam in text_string_to_metric_families(body) for s in fam.samples}
     wanted = _names_in(RULES) | _names_in(RULE_TESTS)
     assert wanted and wanted <= exposed, sorted(wanted - exposed)

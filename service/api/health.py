@@ -1,4 +1,4 @@
-"""Liveness, readiness and the service's own metrics."""
+"""Liveness, readiness and the service's own metrics (open), and the fabric's health as metrics (with a token)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
+from service.api.auth import ReadScope
 from service.api.deps import EngineDep, SettingsDep
 from service.broker import ping_broker
 
@@ -55,3 +56,15 @@ async def readyz(engine: EngineDep, settings: SettingsDep) -> JSONResponse:
                              "description": "Prometheus text exposition"}})
 def metrics() -> Response:
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/api/v1/metrics", response_class=PlainTextResponse,
+            summary="The /metrics series plus the fabric's health: open alerts, faults per port, receivers",
+            responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+                             "description": "Prometheus text exposition"}})
+def fabric_metrics(_: ReadScope) -> Response:
+    """What Prometheus scrapes with a read token (docs/alertmanager.md): these series name devices, ports and
+    receivers, so they are not on the open /metrics."""
+    from service.observability import FABRIC
+
+    return Response(generate_latest() + generate_latest(FABRIC), media_type=CONTENT_TYPE_LATEST)

@@ -1,9 +1,11 @@
-"""fabricwatch's own health on /metrics, in Prometheus terms: open alerts per state, severity and cause, one
-fault series per open alert (capped), targets that are not ok per reason, receivers' backlog, the detector's
-last cycle. Read from the database at scrape time, so what the workers changed shows at the next scrape."""
+"""fabricwatch's own health in Prometheus terms, at /api/v1/metrics (a read token): open alerts per state,
+severity and cause, one fault series per open alert (capped), receivers' backlog, the detector's last cycle;
+and on both it and the open /metrics, targets that are not ok per reason. Read from the database at scrape
+time, so what the workers changed shows at the next scrape. The open /metrics names no device or port."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -15,6 +17,7 @@ from sqlalchemy import Engine, text
 from service import observability
 from service.alerts import service as alerts
 from service.alerts.service import apply_findings
+from service.auth.service import create_token
 from service.detection.findings import Cause, Severity
 from service.notify import NotifySettings, alertmanager
 from service.notify.destinations import create_destination
@@ -36,7 +39,7 @@ def client(db: Engine, db_url: str) -> Iterator[TestClient]:
 
 def scrape(client: TestClient) -> dict[str, list[tuple[dict[str, str], float]]]:
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for fam in text_string_to_metric_families(client.get("/metrics").text):
+    for fam in text_string_to_metric_families(client.get("/api/v1/metrics").text):
         for s in fam.samples:
             out.setdefault(s.name, []).append((s.labels, s.value))
     return out
@@ -153,3 +156,20 @@ def test_the_detectors_last_cycle(db: Engine, client: TestClient) -> None:
     m = scrape(client)
     assert value(m, "fabricwatch_detection_last_cycle_timestamp_seconds") == 1796140000
     assert value(m, "fabricwatch_detection_data_timestamp_seconds") == T0 / 1000
+
+
+def test_fabric_series_need_a_read_token_and_stay_off_the_open_metrics(db: Engine, db_url: str) -> None:
+    with db.begin() as conn:
+        apply_findings(conn=conn, findings=[finding(device="leaf-01", port="Ethernet1/1")], at_ms=T0)
+        read = create_token(conn, name="prometheus", scopes=["read"])
+        ingest = create_token(conn, name="agent", scopes=["ingest"])
+    with TestClient(make_app(db_url, auth_required=True)) as c:
+        assert c.get("/api/v1/metrics").status_code == 401
+        assert c.get("/api/v1/metrics", headers={"authorization": f"Bearer {ingest}"}).status_code == 403
+        r = c.get("/api/v1/metrics", headers={"authorization": f"Bearer {read}"})
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+        assert re.search(r'^fabricwatch_fault_info\{[^}]*device="leaf-01"[^}]*port="Ethernet1/1"', r.text, re.M)
+        assert "fabricwatch_http_request_seconds" in r.text and "fabricwatch_targets_not_ok" in r.text
+        open_ = c.get("/metrics")
+        assert open_.status_code == 200 and "fabricwatch_targets_not_ok" in open_.text
+        assert "leaf-01" not in open_.text and "fabricwatch_alerts_open" not in open_.text
