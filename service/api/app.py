@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from service import events
@@ -14,6 +13,7 @@ from service.alerts import views as alert_views
 from service.api import health, problems
 from service.api.auth import Authenticate
 from service.api.limits import BodyLimit
+from service.api.timing import RequestTiming
 from service.auth import views as auth_views
 from service.config import Settings, get_settings
 from service.db import get_engine
@@ -26,7 +26,7 @@ from service.nccl import views as nccl_views
 from service.noc import views as noc_views
 from service.notify import am_views
 from service.notify import views as notify_views
-from service.observability import HEALTH, REQUEST_SECONDS, TARGET_COVERAGE
+from service.observability import HEALTH, TARGET_COVERAGE
 from service.telemetry import remote_write_views
 from service.telemetry import views as telemetry_views
 
@@ -62,15 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # The last added runs first: the token is checked before the body limit, and both before any body is read.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(Authenticate, settings=settings, engine=app.state.engine)
-
-    @app.middleware("http")
-    async def _timing(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        t0 = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        REQUEST_SECONDS.labels(request.method, getattr(route, "path", "unmatched"),
-                               str(response.status_code)).observe(time.perf_counter() - t0)
-        return response
+    app.add_middleware(RequestTiming)
 
     for router in ROUTERS:
         app.include_router(router)

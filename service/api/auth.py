@@ -149,6 +149,10 @@ class Authenticate:
         if scope["type"] != "http" or not (path == API_PREFIX or path.startswith(API_PREFIX + "/")):
             await self.app(scope, receive, send)
             return
+        if not self.settings.auth_required:  # no lookup to make: no trip through the thread pool either
+            scope.setdefault("state", {})["principal"] = ANONYMOUS_ADMIN
+            await self.app(scope, receive, send)
+            return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
         peer = scope["client"][0] if scope.get("client") else "unknown"
         try:
