@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.telemetry.samples import Sample
 
-Protocol_ = Literal["snmp", "gnmi", "host"]
+Protocol_ = Literal["snmp", "gnmi", "host", "scrape"]
 
 
 class Target(BaseModel):
@@ -79,7 +79,7 @@ _REGISTRY: dict[str, Collector] = {}
 
 
 def register(name: str) -> Callable[[Collector], Collector]:
-    """Register a collector under a protocol name (`snmp`, `gnmi`, `host`)."""
+    """Register a collector under a protocol name (`snmp`, `gnmi`, `host`, `scrape`)."""
 
     def wrap(fn: Collector) -> Collector:
         _REGISTRY[name] = fn

@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 import collectors.gnmi
 import collectors.gnmi_stream as gnmi_stream
 import collectors.host
+import collectors.scrape as scrape
 import collectors.snmp  # noqa: F401
 from collectors.base import CollectResult, Target, get_collector
 from collectors.spool import PendingStore, default_spool_dir, spool_drain, spool_write
@@ -159,6 +160,11 @@ def collect_endpoint(engine: Engine, endpoint_id: int, groups: list[str]) -> Pen
         except Exception as exc:  # a collector bug must become a status, not a dead task loop
             log.exception("collector %s crashed on %s", protocol, target.name)
             result = CollectResult(target=target.name, error=f"collector crashed: {type(exc).__name__}: {exc}")
+        if isinstance(result, scrape.ScrapeResult):  # exporter series -> catalogue, through the inventory
+            try:
+                scrape.map_scraped(engine, result)
+            except OperationalError as exc:
+                result.error = f"exporter series not mapped: the database is unreachable ({type(exc).__name__})"
         result.duration_s = result.duration_s or time.perf_counter() - t0
         discovered = getattr(result, "discovery", None)
         if discovered and discovered != params.get("discovery"):

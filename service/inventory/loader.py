@@ -266,6 +266,8 @@ def _check_endpoint(ep: Endpoint, loc: Loc) -> Iterator[tuple[Loc, str]]:
         for name in ("sysfs_root", "ethtool", "dcgm_url"):
             if getattr(ep, name) is not None:
                 yield (*loc, name), f"is a host-agent setting but this endpoint's protocol is {ep.protocol!r}"
+    if ep.protocol != "scrape" and ep.scrape_urls is not None:
+        yield (*loc, "scrape_urls"), f"is a scrape setting but this endpoint's protocol is {ep.protocol!r}"
     if ep.password is not None and not ep.username:
         yield (*loc, "username"), "a gNMI password needs a username"
 

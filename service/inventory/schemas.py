@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._:/@+\-]{0,127}$"
 Name = Annotated[str, Field(pattern=NAME_RE)]
@@ -124,7 +124,7 @@ class Intervals(Strict):
     state: float | None = Field(default=None, gt=0)
 
 
-EndpointProtocol = Literal["snmp", "gnmi", "host"]
+EndpointProtocol = Literal["snmp", "gnmi", "host", "scrape"]
 DeviceKind = Literal["switch", "host"]
 DeviceRole = Literal["leaf", "spine", "core", "host"]
 
@@ -155,6 +155,10 @@ class Endpoint(Strict):
     sysfs_root: str | None = None
     ethtool: str | None = Field(default=None, description="ethtool command to run (path or wrapper); default 'ethtool'")
     dcgm_url: str | None = None
+    # scrape (an exporter's /metrics: collectors/scrape.py)
+    scrape_urls: list[HttpUrl] | None = Field(
+        default=None, min_length=1, description="exporter pages to scrape; default http://address:port/metrics "
+                                                "(port 9100, node_exporter's)")
 
     @model_validator(mode="after")
     def _protocol_fields(self) -> Endpoint:

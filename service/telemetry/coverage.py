@@ -59,9 +59,10 @@ _NONE_OF = {"state": "no port state (oper/admin status, speed)", "counters": "no
 EXAMPLES = 5   # refused keys kept per reason
 BLIND_SPOTS = 10   # collector warnings kept per group
 # Collector warnings that name a blind spot start with "<group>:" (collectors/snmp.py); the poll group
-# whose collection replaces them ("ports" comes with every collection).
+# whose collection replaces them ("ports" comes with every collection; "source": one of a target's
+# sources failed, e.g. one exporter URL of a scrape target, which degrades the target).
 _BLIND_POLL = {"state": "state", "counters": "counters", "pfc": "counters", "optics": "optics", "device": "optics",
-               "ports": "*"}
+               "ports": "*", "source": "*"}
 STREAM_INTERVAL_S = 10.0   # collectors/gnmi.py's default SAMPLE interval
 KIND = "telemetry_gap"
 
@@ -289,6 +290,8 @@ def state_of(cov: dict[str, Any] | None, *, stored: int | None, warnings: Sequen
     arrived: the collection's own words (or the refusals); else the missing groups' reasons."""
     nothing = not stored and (cov is None or not cov["last_accepted"])   # duplicates of stored samples aside
     gap = "; ".join(cov["groups"][g]["reason"] or f"{g}: missing" for g in cov["missing"]) if cov else ""
+    lost = "; ".join(cov["blind_spots"].get("source", [])) if cov else ""   # one of its sources failed
+    gap = "; ".join(x for x in (gap, lost) if x)
     if nothing and not (cov and cov["arrived"]):
         if cov and cov["last_received"]:
             rej = "; ".join(f"{r['count']} {why} (e.g. {', '.join(r['examples'][:3])})"

@@ -1,7 +1,8 @@
 """End to end: a real Celery worker and beat collect from real peers on 127.0.0.1 into PostgreSQL.
 
 Peers: snmpsim serving a real Arista walk, the grpcio gNMI target, a host sysfs tree derived from
-real captures, and an SNMP target that never answers. The dead one must show as a failing target
+real captures, a real dcgm-exporter page scraped over HTTP, and an SNMP target that never
+answers. The dead one must show as a failing target
 while the others keep their schedule.
 """
 
@@ -22,10 +23,12 @@ from collectors.snmp import parse_snmprec
 from service.inventory.schemas import Inventory
 from service.inventory.service import upsert_inventory
 from simulator.gnmi_target import serve_gnmi
+from tests.exporter_peers import page_server
 from tests.paths import REPO
 from tests.snmp_peers import silent_udp_socket, start_snmpsim
 
 ARISTA = REPO / "tests/data/snmp/arista_eos_4.20_dcs-7150s-24.snmprec"
+DCGM = REPO / "tests/data/real/dcgm/tmax_hypercloud_dcgm-exporter1.4.6_pod_gpu_metrics_2gpu_blank_nvlink.prom"
 SYSFS = REPO / "tests/data/host/sysfs_roce"
 IF = "/interfaces/interface[name={}]/state"
 
@@ -37,7 +40,7 @@ def gnmi_data() -> dict[str, object]:
             IF.format("Ethernet1") + "/oper-status": "UP"}
 
 
-def inventory(snmp_port: int, dead_port: int, gnmi_port: int, queue: str) -> Inventory:
+def inventory(snmp_port: int, dead_port: int, gnmi_port: int, dcgm_url: str, queue: str) -> Inventory:
     arista_ports = sorted({s.port for s in parse_snmprec(ARISTA.read_text(), device="x", ts_ms=0)[0]
                            if s.port and s.metric != "device_temperature_celsius"})
     fast = {"counters": 2, "optics": 2, "state": 2}
@@ -57,6 +60,9 @@ def inventory(snmp_port: int, dead_port: int, gnmi_port: int, queue: str) -> Inv
              "ports": [{"name": "ens1f0np0", "nic": "mlx5_0", "rail": 0, "gpu": 0}],
              "endpoints": [{"protocol": "host", "sysfs_root": str(SYSFS), "queue": queue, "intervals": fast,
                             "timeout_s": 2}]},
+            {"name": "gpu-scrape", "kind": "host", "role": "host", "gpus": 2,
+             "endpoints": [{"protocol": "scrape", "scrape_urls": [dcgm_url], "queue": queue, "intervals": fast,
+                            "timeout_s": 2}]},
         ]})
 
 
@@ -73,12 +79,12 @@ def worker_env(db_url: str) -> dict[str, str]:
 
 
 @pytest.fixture()
-def peers() -> Iterator[tuple[int, int, int]]:
+def peers() -> Iterator[tuple[int, int, int, str]]:
     snmp = start_snmpsim({"arista": ARISTA})
     dead_sock, dead_port = silent_udp_socket()
     try:
-        with serve_gnmi(gnmi_data) as (gnmi_port, _):
-            yield snmp.port, dead_port, gnmi_port
+        with serve_gnmi(gnmi_data) as (gnmi_port, _), page_server({"/metrics": (200, DCGM.read_bytes())}) as pages:
+            yield snmp.port, dead_port, gnmi_port, f"{pages}/metrics"
     finally:
         snmp.close()
         dead_sock.close()
@@ -102,11 +108,11 @@ def _collections(db: Engine, device: str) -> int:
 
 
 def test_worker_and_beat_collect_into_postgres(db: Engine, worker_env: dict[str, str],
-                                               peers: tuple[int, int, int], tmp_path: Path) -> None:
-    snmp_port, dead_port, gnmi_port = peers
+                                               peers: tuple[int, int, int, str], tmp_path: Path) -> None:
+    snmp_port, dead_port, gnmi_port, dcgm_url = peers
     queue = f"e2e-{os.getpid()}-{time.monotonic_ns()}"
     with Session(db) as session:
-        upsert_inventory(session=session, inventory=inventory(snmp_port, dead_port, gnmi_port, queue))
+        upsert_inventory(session=session, inventory=inventory(snmp_port, dead_port, gnmi_port, dcgm_url, queue))
         session.commit()
     log = (tmp_path / "worker.log").open("wb")
     worker = subprocess.Popen(
@@ -114,7 +120,7 @@ def test_worker_and_beat_collect_into_postgres(db: Engine, worker_env: dict[str,
         env=worker_env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
     try:
         deadline = time.monotonic() + 60
-        good = ("leaf-snmp", "spine-gnmi", "gpu-001")
+        good = ("leaf-snmp", "spine-gnmi", "gpu-001", "gpu-scrape")
         while time.monotonic() < deadline:
             status = _status(db)
             if all(status[d][0] is not None for d in good) and status["leaf-dead"][1] is not None \
