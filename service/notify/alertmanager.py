@@ -289,7 +289,7 @@ def _render(rows: list[Any], alerts: dict[int, dict[str, Any]], s: AlertmanagerS
                  if a.get("drain_id") is not None else None)
         ann = annotations(a, drain=drain, public_url=public_url, runbook_url=s.runbook_url)
         gen = f"{public_url.rstrip('/')}/api/v1/alerts/{a['id']}" if public_url else None
-        new = labels(a)
+        new = {**s.external_labels, **labels(a)}
         old = r.sent_labels
         if r.status == "resolved":
             # resolve the identity Alertmanager holds (it never saw a newer label set)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import re
 import string
 from datetime import datetime
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 Format = Literal["generic", "alertmanager", "pagerduty", "slack"]
 
@@ -120,6 +122,9 @@ class TestFireResult(BaseModel):
     delivery: DeliveryRead | None
 
 
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
 class AlertmanagerSettings(BaseModel):
     """How alerts are pushed to Alertmanagers (FABRICWATCH_ALERTMANAGER_<FIELD>, or `alertmanager:` in the
     config file). The targets themselves are configured through /api/v1/alertmanagers; the URL policy is
@@ -137,9 +142,23 @@ class AlertmanagerSettings(BaseModel):
     backoff_base_s: float = Field(default=2.0, gt=0, description="first retry after a failed POST")
     backoff_max_s: float = Field(default=60.0, gt=0, description="the longest wait between tries")
     poll_s: float = Field(default=5.0, gt=0, le=300, description="how often due alerts are looked for")
+    external_labels: dict[str, str] = Field(
+        default_factory=dict, description="labels added to every alert, as Prometheus' external_labels (e.g. "
+        '{"source": "fabricwatch", "cluster": "gpu-a"}): route on them; they may not replace fabricwatch\'s own')
     runbook_url: str = Field(default="", max_length=2048,
                              description="runbook_url annotation, with {cause}, {kind}, {action} filled in; "
                              "empty: none")
+
+    @field_validator("external_labels", mode="before")
+    @classmethod
+    def _json(cls, v: Any) -> Any:
+        """FABRICWATCH_ALERTMANAGER_EXTERNAL_LABELS is JSON text (the config file gives a mapping)."""
+        if isinstance(v, str):
+            try:
+                return json.loads(v) if v.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not a JSON object of label names to values: {exc}") from None
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> AlertmanagerSettings:
@@ -150,6 +169,15 @@ class AlertmanagerSettings(BaseModel):
             names = {n for _, n, _, _ in string.Formatter().parse(self.runbook_url) if n is not None}
         except ValueError as exc:
             raise ValueError(f"runbook_url: {exc}") from None
+        own = {"alertname", "device", "port", "lane", "peer_device", "peer_port", "pod", "rail", "severity", "cause",
+               "scope"}
+        for name, value in self.external_labels.items():
+            if not _LABEL_NAME.fullmatch(name) or name.startswith("__"):
+                raise ValueError(f"external_labels: {name!r} is not a label name ([a-zA-Z_][a-zA-Z0-9_]*)")
+            if name in own:
+                raise ValueError(f"external_labels: {name!r} is one of fabricwatch's own labels")
+            if not value:
+                raise ValueError(f"external_labels: {name!r} has an empty value (Alertmanager drops it)")
         bad = names - {"cause", "kind", "action"}
         if bad:
             raise ValueError(f"runbook_url: unknown placeholder(s) {', '.join(sorted(bad))} "

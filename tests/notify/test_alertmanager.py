@@ -27,7 +27,8 @@ from tests.alerts import STEP, T0, finding
 from tests.receiver import Receiver
 
 FAST = NotifySettings(allow=("127.0.0.0/8",), timeout_s=2.0, backoff_base_s=0.05, backoff_max_s=0.3)
-AM = AlertmanagerSettings(resend_s=60, ends_after_s=240, timeout_s=2.0, backoff_base_s=0.2, backoff_max_s=0.5)
+AM = AlertmanagerSettings(resend_s=60, ends_after_s=240, timeout_s=2.0, backoff_base_s=0.2, backoff_max_s=0.5,
+                          external_labels={"source": "fabricwatch"}, runbook_url="https://wiki.example/fabric/{cause}")
 
 
 @pytest.fixture()
@@ -99,13 +100,15 @@ def test_alerts_reach_alertmanager_with_routing_labels_and_annotations_and_resol
     assert push(db)["delivered"] == 1
 
     (held,) = am.wait_alerts(lambda a: len(a) == 1)
-    assert held["labels"] == {"alertname": "rx_power_degrading", "device": "leaf-01", "port": "Ethernet1/1",
+    assert held["labels"] == {"source": "fabricwatch", "alertname": "rx_power_degrading", "device": "leaf-01",
+                              "port": "Ethernet1/1",
                               "peer_device": "host-07", "peer_port": "eth3", "pod": "pod-a", "rail": "3",
                               "severity": "page", "cause": "connector_contamination", "scope": "port"}
     ann = held["annotations"]
     assert ann["summary"] == "rx_power_degrading on leaf-01 Ethernet1/1"
     assert json.loads(ann["evidence"])[0]["feature"] == "rx_power_dbm"
     assert ann["action"] == "clean_connectors" and "clean" in ann["runbook"].lower()
+    assert ann["runbook_url"] == "https://wiki.example/fabric/connector_contamination"
     assert ann["drain"] == f"drain {drain_id} (pending, shut_ports)"
     assert ann["drain_url"].endswith(f"/api/v1/drains/{drain_id}")
     assert ann["fabricwatch_alert"].endswith(f"/api/v1/alerts/{opened[0]}")
@@ -305,3 +308,24 @@ def test_api_destinations_and_notify_status(db: Engine, db_url: str, am: Alertma
         assert client.delete(f"/api/v1/alertmanagers/{made['id']}").status_code == 204
         assert client.get("/api/v1/notify").json()["alertmanagers"] == []
         assert client.delete(f"/api/v1/alertmanagers/{made['id']}").status_code == 404
+
+
+@pytest.mark.parametrize(("env", "words"), [
+    ({"FABRICWATCH_ALERTMANAGER_RESEND_S": "300"}, "ends_after_s (240) must be longer than resend_s (300)"),
+    ({"FABRICWATCH_ALERTMANAGER_RUNBOOK_URL": "https://wiki/{cuase}"}, "unknown placeholder(s) cuase"),
+    ({"FABRICWATCH_ALERTMANAGER_RUNBOOK_URL": "https://wiki/{cause"}, "runbook_url: "),
+    ({"FABRICWATCH_ALERTMANAGER_EXTERNAL_LABELS": '{"severity": "x"}'}, "'severity' is one of fabricwatch's own"),
+    ({"FABRICWATCH_ALERTMANAGER_EXTERNAL_LABELS": '{"a-b": "x"}'}, "'a-b' is not a label name"),
+    ({"FABRICWATCH_ALERTMANAGER_EXTERNAL_LABELS": '{"x": ""}'}, "'x' has an empty value"),
+    ({"FABRICWATCH_ALERTMANAGER_EXTERNAL_LABELS": "cluster=a"}, "not a JSON object"),
+    ({"FABRICWATCH_ALERTMANAGER_BATCH_SIZE": "0"}, "FABRICWATCH_ALERTMANAGER_BATCH_SIZE"),
+])
+def test_bad_settings_stop_start_up_naming_them(env: dict[str, str], words: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.config import SettingsError, load_settings
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(SettingsError, match="FABRICWATCH_ALERTMANAGER") as err:
+        load_settings()
+    assert words in str(err.value)
