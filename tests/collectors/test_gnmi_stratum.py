@@ -69,8 +69,10 @@ def test_stream_delivers_stratum_counters_then_is_stalled_and_reconnected(stratu
         th.join(5)
     kinds = [s for s, _ in states]
     # data, then silence on an open stream (stalled, not alive), then a new stream with data again
-    assert kinds[:3] == ["streaming", "stalled", "streaming"], (states, errors[-3:])
-    stalled = states[1][1]
+    assert kinds[0] == "streaming" and "stalled" in kinds, (states, errors[-3:])
+    first_stall = kinds.index("stalled")
+    assert "streaming" in kinds[first_stall:], (states, errors[-3:])
+    stalled = states[first_stall][1]
     assert "no data for 1.6s" in stalled and "0 notifications without samples" in stalled
     # Stratum's recorded in-octets: 1196 on both ports, at the notification's own timestamps
     first = samples[:5]
