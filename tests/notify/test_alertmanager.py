@@ -16,7 +16,7 @@ from sqlalchemy import Engine, text
 
 from service.alerts import service as alerts
 from service.alerts.service import apply_findings
-from service.detection.findings import Severity
+from service.detection.findings import Cause, Severity
 from service.notify import NotifySettings, alertmanager
 from service.notify.destinations import create_destination, notify_status, update_destination
 from service.notify.outbox import deliver_due
@@ -170,6 +170,14 @@ def test_an_escalation_resolves_the_old_label_set_and_fires_the_new(db: Engine, 
     push(db)
     held = am.wait_alerts(lambda a: [x["labels"]["severity"] for x in a] == ["page"])
     assert held[0]["labels"]["alertname"] == "rx_power_degrading"
+    # The cause is refined without a notification in fabricwatch: the next re-send swaps the label sets.
+    cycle(db, [finding(severity=Severity.PAGE, cause=Cause.FIBER)], 2)
+    assert push(db) == {}   # nothing notified, nothing due
+    with db.begin() as conn:   # resend_s later
+        conn.execute(text("UPDATE alertmanager_outbox SET next_attempt_at = now()"))
+    assert push(db)["alerts"] == 2   # the old set resolved, the new one firing
+    held = am.wait_alerts(lambda a: [x["labels"]["cause"] for x in a] == ["fiber_damage"])
+    assert held[0]["labels"]["severity"] == "page"
 
 
 def test_filters_and_fabricwatch_mutes_decide_what_goes_out_and_a_new_destination_gets_what_fires(
