@@ -170,3 +170,30 @@ def test_stream_of_empty_updates_is_stalled_not_alive(tmp_path: Path) -> None:
     reason = next(r for s, r in states if s == "stalled")
     assert "no data for 1.6s" in reason and "empty updates are not data" in reason
     assert "streaming" not in [s for s, _ in states]
+
+
+def test_poll_serves_arista_eos_captured_dom_and_temperatures(tmp_path: Path) -> None:
+    # Splice serving only what EOS itself answered (aristanetworks/openmgmt gnmic examples, SOURCES.md):
+    # per-lane DOM under "EthernetN transceiver" components (no tie leaves: the name pattern ties them)
+    # and component temperatures (decimal64 in the capture; the published comma typo restored).
+    from collectors.gnmi_decode import json_leaves
+    from tests.collectors.gnmi_servers import REAL
+
+    data: dict[str, Any] = dict(leaves_of("arista_eos_gnmic_get_oc_transceiver_physical_channels_dom_all.json"))
+    text = (REAL / "arista_eos_gnmic_get_component_temperature_decimal64.json").read_text()
+    groups, _ = json_leaves(text.replace('+01:00"\n', '+01:00",\n', 1), source="fixed")
+    data.update({leaf.text(): str(leaf.value) for leaves in groups for leaf in leaves})  # EOS sends them as strings
+    path = tmp_path / "eos.json"
+    write(path, data)
+    with splice_server(path) as port:
+        r = collect_gnmi(tgt(port), now_ms=1)
+    assert r.ok, r.error
+    # input-power "1.15" / "1.11" dBm, laser-bias-current "0.0" mA, `output-power {}` empty: no Tx power
+    assert one(r.samples, "optic_rx_power_dbm", port="Ethernet49", lane=0) == 1.15
+    assert one(r.samples, "optic_rx_power_dbm", port="Ethernet50", lane=0) == 1.11
+    assert one(r.samples, "optic_tx_bias_amperes", port="Ethernet49", lane=0) == 0.0
+    assert not [s for s in r.samples if s.metric == "optic_tx_power_dbm"]
+    assert one(r.samples, "device_temperature_celsius", port="TempSensor7") == 41.168000000000006
+    assert one(r.samples, "device_temperature_celsius", port="DomTemperatureSensor49") == 27.140625
+    # no interface tree here: the state and counters paths are named as answering nothing
+    assert any(w.startswith("/interfaces/interface/state/counters: nothing answered") for w in r.warnings)
