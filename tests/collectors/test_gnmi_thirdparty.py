@@ -174,8 +174,9 @@ def test_stream_of_empty_updates_is_stalled_not_alive(tmp_path: Path) -> None:
 
 def test_poll_serves_arista_eos_captured_dom_and_temperatures(tmp_path: Path) -> None:
     # Splice serving only what EOS itself answered (aristanetworks/openmgmt gnmic examples, SOURCES.md):
-    # per-lane DOM under "EthernetN transceiver" components (no tie leaves: the name pattern ties them)
-    # and component temperatures (decimal64 in the capture; the published comma typo restored).
+    # per-lane DOM under "EthernetN transceiver" components (no tie leaves: the name pattern ties them),
+    # component temperatures (decimal64 in the capture; the published comma typo restored) and one
+    # interface's state and counters.
     from collectors.gnmi_decode import json_leaves
     from tests.collectors.gnmi_servers import REAL
 
@@ -183,6 +184,10 @@ def test_poll_serves_arista_eos_captured_dom_and_temperatures(tmp_path: Path) ->
     text = (REAL / "arista_eos_gnmic_get_component_temperature_decimal64.json").read_text()
     groups, _ = json_leaves(text.replace('+01:00"\n', '+01:00",\n', 1), source="fixed")
     data.update({leaf.text(): str(leaf.value) for leaves in groups for leaf in leaves})  # EOS sends them as strings
+    # Ethernet1's state with counters (the published output starts with "[[": one bracket removed)
+    text = (REAL / "arista_eos_gnmic_get_interface_Ethernet1_state_counters.json").read_text()
+    groups, _ = json_leaves(text.replace("[[", "[", 1), source="fixed")
+    data.update({leaf.text(): leaf.value for leaves in groups for leaf in leaves})
     path = tmp_path / "eos.json"
     write(path, data)
     with splice_server(path) as port:
@@ -195,5 +200,8 @@ def test_poll_serves_arista_eos_captured_dom_and_temperatures(tmp_path: Path) ->
     assert not [s for s in r.samples if s.metric == "optic_tx_power_dbm"]
     assert one(r.samples, "device_temperature_celsius", port="TempSensor7") == 41.168000000000006
     assert one(r.samples, "device_temperature_celsius", port="DomTemperatureSensor49") == 27.140625
-    # no interface tree here: the state and counters paths are named as answering nothing
-    assert any(w.startswith("/interfaces/interface/state/counters: nothing answered") for w in r.warnings)
+    # Ethernet1: in-octets "111398", out-octets "117389", in-fcs-errors "0", oper-status UP
+    assert one(r.samples, "port_rx_bytes_total", port="Ethernet1") == 111398
+    assert one(r.samples, "port_tx_bytes_total", port="Ethernet1") == 117389
+    assert one(r.samples, "port_rx_fcs_errors_total", port="Ethernet1") == 0
+    assert one(r.samples, "port_oper_up", port="Ethernet1") == 1.0
