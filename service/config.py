@@ -104,6 +104,13 @@ class Settings(BaseSettings):
     rollup_5m_retention_days: int = Field(default=90, ge=1, le=3650, description="days of 5-minute rollups kept")
     rollup_1h_retention_days: int = Field(default=400, ge=1, le=3650, description="days of 1-hour rollups kept")
     rollup_interval_s: float = Field(default=60.0, gt=0, le=3600, description="how often rollups catch up")
+    compress_after_s: float = Field(default=3600.0, ge=0, le=30 * 86400, description="hot window: samples stay "
+                                    "rows this long, then move into compressed chunks (whole hours)")
+    compress_interval_s: float = Field(default=300.0, gt=0, le=86400, description="how often compression runs")
+    compress_batch_series: int = Field(default=2000, ge=1, le=1_000_000, description="series per compression "
+                                       "transaction for an hour (a day takes 1/24 as many): bounds its memory")
+    compress_max_batches: int = Field(default=2000, ge=1, le=1_000_000, description="transactions per compression "
+                                      "run; a backlog is caught up over successive runs")
     rollup_lag_s: float = Field(default=60.0, ge=0, le=3600,
                                 description="a bucket is closed this long after its end (late samples)")
     rollup_max_gap_s: float = Field(default=900.0, gt=0, le=86400,

@@ -10,6 +10,7 @@ from service.inventory.models import Device, Endpoint, Link, Optic, Pod, Port
 from service.nccl.models import NcclBaseline, NcclResultRow, NcclRunRow
 from service.notify.models import OutboxMessage, WebhookDelivery, WebhookSubscription
 from service.telemetry.models import (
+    ChunkWatermark,
     CollectionSlot,
     GnmiStreamState,
     LinkEvent,
@@ -17,6 +18,7 @@ from service.telemetry.models import (
     Series,
     TargetStatus,
     sample_blocks,
+    sample_chunks,
     sample_rows,
 )
 
@@ -25,6 +27,7 @@ __all__ = [
     "AlertEvent",
     "ApiToken",
     "Base",
+    "ChunkWatermark",
     "CollectionSlot",
     "DetectionFinding",
     "DetectorModel",
@@ -48,6 +51,7 @@ __all__ = [
     "Pod",
     "Port",
     "sample_blocks",
+    "sample_chunks",
     "sample_rows",
     "Series",
     "Silence",

@@ -43,6 +43,7 @@ TIME_LIMITS: dict[str, tuple[float, float]] = {
     "execute_drains": (600.0, 660.0),
     "maintain_partitions": (600.0, 660.0),
     "compute_rollups": (900.0, 960.0),       # bounded chunks per run
+    "compress_samples": (1800.0, 1860.0),    # bounded batches per run; a cut batch rolls back whole
     "maintain_rollups": (600.0, 660.0),
 }
 _CONF_KEY = "fabricwatch_time_limits"
@@ -161,6 +162,7 @@ def configure(app: Celery, settings: Settings) -> Celery:
             "maintain-partitions": {"task": "fabricwatch.maintain_partitions", "schedule": 3600.0},
             "compute-rollups": {"task": "fabricwatch.compute_rollups", "schedule": settings.rollup_interval_s},
             "maintain-rollups": {"task": "fabricwatch.maintain_rollups", "schedule": 3600.0},
+            "compress-samples": {"task": "fabricwatch.compress_samples", "schedule": settings.compress_interval_s},
             "run-detection": {"task": "fabricwatch.run_detection", "schedule": settings.detect_interval_s,
                               "options": {"expires": settings.detect_interval_s}},
             "deliver-webhooks": {"task": "fabricwatch.deliver_outbox", "schedule": settings.webhook_poll_s},

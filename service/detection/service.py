@@ -33,6 +33,7 @@ from service.detection.state import (
     thresholds_arrays,
 )
 from service.detection.store import load_models, load_state, save_models, save_state
+from service.telemetry import store as sample_store
 
 _FABRIC_SQL = """
 SELECT p.id, p.name, d.name, d.role, p.speed_gbps, p.gpu, o.part_number, o.type, o.lanes, o.thresholds,
@@ -134,12 +135,6 @@ def load_series(conn: Connection, fabric: Fabric, old: SeriesIndex | None = None
     return SeriesIndex(metric_of, entity_of, bits, sat, top)
 
 
-_SAMPLES_SQL = """
-SELECT series_id, (extract(epoch FROM ts) * 1000)::bigint, value FROM samples_between(%(lo)s, %(hi)s)
-WHERE ts > %(lo)s ORDER BY ts
-"""
-
-
 def _dt(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000.0, tz=UTC)
 
@@ -152,17 +147,15 @@ def iso_time(ms: int) -> str:
 def read_samples(conn: Connection, fabric: Fabric, sx: SeriesIndex, lo_ms: int, hi_ms: int
                  ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], SeriesIndex]:
     """Samples with ts in (lo, hi] for the metrics detection uses, grouped per metric."""
-    # Plain tuples from the driver: numpy converts them ~10x faster than SQLAlchemy Row objects.
-    with conn.connection.driver_connection.cursor() as cur:
-        rows = cur.execute(_SAMPLES_SQL, {"lo": _dt(lo_ms), "hi": _dt(hi_ms)}).fetchall()
-    if not rows:
+    # rows, import blocks and compressed chunks, as arrays (service/telemetry/store.py)
+    got = sample_store.read_samples(conn, _dt(lo_ms), _dt(hi_ms))
+    got = got.take(np.nonzero(got.ts_ms > lo_ms)[0])
+    if not len(got):
         return {}, sx
-    arr = np.asarray(rows, dtype=np.float64)
-    sid = arr[:, 0].astype(np.int64)
+    got = got.take(np.argsort(got.ts_us, kind="stable"))  # in time order, as the engine takes them
+    sid, ts, val = got.sid, got.ts_ms, got.value
     if sid.max() > sx.max_id:
         sx = load_series(conn, fabric, sx)
-    ts = arr[:, 1].astype(np.int64)
-    val = arr[:, 2]
     known = sid <= sx.max_id  # a series created after the index was read: picked up next cycle
     sid, ts, val = sid[known], ts[known], val[known]
     m = sx.metric_of[sid]

@@ -13,6 +13,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, text
 
+from service.telemetry.store import merged_between, stage_chunks
+
 TIER = {"host": 0, "leaf": 1, "spine": 2, "core": 3}
 FABRIC_POD = "(fabric)"  # pod name for links between pod-less devices (shared spines and cores)
 
@@ -110,11 +112,14 @@ def load_graph(*, conn: Connection) -> Graph:
 
 def down_links(*, conn: Connection, graph: Graph, at: datetime, lookback_s: float) -> set[int]:
     """Links with an end whose latest port_oper_up reading in the lookback is 0 (down now)."""
-    rows = conn.execute(text("""
+    lo = at - timedelta(seconds=lookback_s)
+    staged = stage_chunks(conn, lo, at, list(conn.execute(text(  # compressed chunks too, for a past `at`
+        "SELECT id FROM series WHERE metric = 'port_oper_up' AND port_id IS NOT NULL")).scalars()))
+    rows = conn.execute(text(f"""
         SELECT DISTINCT ON (s.port_id) s.port_id, x.value
-        FROM series s JOIN samples_between(:lo, :at) x ON x.series_id = s.id
+        FROM series s JOIN {merged_between(":lo", ":at", staged)} x ON x.series_id = s.id
         WHERE s.metric = 'port_oper_up' AND s.port_id IS NOT NULL AND x.ts > :lo
-        ORDER BY s.port_id, x.ts DESC"""), {"lo": at - timedelta(seconds=lookback_s), "at": at}).all()
+        ORDER BY s.port_id, x.ts DESC"""), {"lo": lo, "at": at}).all()
     out = set()
     for port_id, value in rows:
         lid = graph.link_of_port.get(port_id)

@@ -31,9 +31,11 @@ from service.incidents.schemas import (
     incident_settings,
 )
 from service.telemetry.counters import increase
+from service.telemetry.store import read_samples
 
 INCIDENTS = Incident.__table__
 EVENTS = IncidentEvent.__table__
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 ERROR_COUNTERS = ("port_fec_uncorrectable_codewords_total", "port_symbol_errors_total", "port_rx_fcs_errors_total")
 FLAP_COUNTERS = ("port_link_down_events_total", "port_carrier_changes_total")
@@ -294,10 +296,9 @@ def _fetch(conn: Connection, series_ids: list[int], lo: datetime, hi: datetime) 
     out: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
     if not series_ids:
         return out
-    for sid, ts, value in conn.execute(text(
-            "SELECT series_id, ts, value FROM samples_between(:lo, :hi) WHERE series_id = ANY(:ids) "
-            "ORDER BY series_id, ts"), {"ids": series_ids, "lo": lo, "hi": hi}):
-        out[sid].append((ts, value))
+    got = read_samples(conn, lo, hi, series_ids)  # rows, blocks and compressed chunks, by series and time
+    for sid, us, value in zip(got.sid.tolist(), got.ts_us.tolist(), got.value.tolist(), strict=True):
+        out[sid].append((_EPOCH + timedelta(microseconds=us), value))
     return out
 
 

@@ -16,11 +16,13 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Connection, text
+
+from service.telemetry.store import merged_between, stage_chunks
 
 
 class Scope(StrEnum):
@@ -55,7 +57,10 @@ LEFT JOIN devices pd ON pd.id = pp.device_id
 
 # Per-interval counter increases from raw samples. The sample before `start` (within max_gap) is
 # read so the first interval in range is complete. NaN on either end gives no increase.
-_RAW_SOURCE = """
+# Rows and blocks, and the compressed chunks `_stage` decoded for the range (service/telemetry/store.py).
+_LO, _HI = "CAST(:start AS timestamptz) - make_interval(secs => :max_gap)", "CAST(:end AS timestamptz)"
+_MERGED = merged_between(_LO, _HI)
+_RAW_SOURCE = f"""
 SELECT series_id, ts, dt,
        CASE WHEN v = 'NaN' OR pv = 'NaN' THEN NULL
             WHEN sat AND bits IS NOT NULL AND v >= power(2::float8, bits) - 1 THEN NULL
@@ -69,7 +74,7 @@ SELECT series_id, ts, dt,
 FROM (
   SELECT x.series_id, x.ts, x.value AS v, s.counter_bits AS bits, s.saturating AS sat,
          lag(x.value) OVER w AS pv, extract(epoch FROM x.ts - lag(x.ts) OVER w)::float8 AS dt
-  FROM samples_between(CAST(:start AS timestamptz) - make_interval(secs => :max_gap), :end) x
+  FROM {_MERGED} x
   JOIN sel s ON s.id = x.series_id
   WHERE x.ts > CAST(:start AS timestamptz) - make_interval(secs => :max_gap)
   WINDOW w AS (PARTITION BY x.series_id ORDER BY x.ts)
@@ -142,6 +147,18 @@ class KpiReport:
     worst_ports: dict[str, list[RankedPort]] = field(default_factory=dict)
 
 
+def _stage(conn: Connection, sql: str, metrics: Sequence[str], source: IntervalSource, start: datetime,
+           end: datetime, max_gap_s: float) -> str:
+    """Raw intervals come from compressed chunks too: decode those of these metrics' port series in range;
+    `sql` reading rows and blocks alone when there were none."""
+    if source is not RAW:
+        return sql
+    sids = conn.execute(text("SELECT id FROM series WHERE metric = ANY(:m) AND port_id IS NOT NULL"),
+                        {"m": list(metrics)}).scalars().all()
+    staged = stage_chunks(conn, start - timedelta(seconds=max_gap_s), end, list(sids))
+    return sql if staged else sql.replace(_MERGED, merged_between(_LO, _HI, staged))
+
+
 def _params(start: datetime, end: datetime, step_s: float, max_gap_s: float) -> dict[str, Any]:
     return {"start": start, "end": end, "step": float(step_s), "max_gap": float(max_gap_s)}
 
@@ -157,6 +174,7 @@ def utilization(*, conn: Connection, scope: Scope, start: datetime, end: datetim
 SELECT grp, bucket, sum(bits) / sum(cap) AS mean, max(util) AS peak,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY util) AS p95, count(*) AS intervals
 FROM u GROUP BY grp, bucket ORDER BY grp, bucket"""
+    sql = _stage(conn, sql, ["port_tx_bytes_total"], src, start, end, max_gap_s)
     rows = conn.execute(text(sql), _params(start, end, step_s, max_gap_s)).all()
     return [KpiPoint(r.grp, r.bucket, {"utilization_mean": r.mean, "utilization_peak": r.peak,
                                        "utilization_p95": r.p95, "intervals": r.intervals}) for r in rows]
@@ -178,7 +196,8 @@ def congestion(*, conn: Connection, scope: Scope, start: datetime, end: datetime
 
     Rates are per port (the group's summed increase over its port-seconds); priorities of one port add up.
     """
-    sql = _base(list(_CONGESTION), scope, pick_source(step_s)) + """
+    src = pick_source(step_s)
+    sql = _base(list(_CONGESTION), scope, src) + """
 , per_port AS (  -- one row per port interval: priorities summed, time counted once
   SELECT m.grp, iv.bucket, iv.metric AS metric, iv.port_id, iv.ts, max(iv.dt) AS dt, sum(iv.d) AS d
   FROM iv JOIN members m ON m.port_id = iv.port_id
@@ -187,6 +206,7 @@ def congestion(*, conn: Connection, scope: Scope, start: datetime, end: datetime
 SELECT grp, bucket, metric, sum(d) / sum(dt) AS rate FROM per_port GROUP BY grp, bucket, metric
 ORDER BY grp, bucket"""
     out: dict[tuple[str, datetime], dict[str, float | None]] = {}
+    sql = _stage(conn, sql, list(_CONGESTION), src, start, end, max_gap_s)
     for r in conn.execute(text(sql), _params(start, end, step_s, max_gap_s)):
         out.setdefault((r.grp, r.bucket), {v: None for v in _CONGESTION.values()})[_CONGESTION[r.metric]] = r.rate
     return [KpiPoint(g, b, v) for (g, b), v in sorted(out.items())]
@@ -207,6 +227,7 @@ SELECT r.metric, r.rate, m.device, m.port, m.grp FROM ranked r JOIN members m ON
 WHERE rn <= :top ORDER BY r.metric, rn"""
     params = _params(start, end, step, max_gap_s) | {"top": top}
     out: dict[str, list[RankedPort]] = {v: [] for v in _CONGESTION.values()}
+    sql = _stage(conn, sql, list(_CONGESTION), RAW, start, end, max_gap_s)
     for r in conn.execute(text(sql), params):
         out[_CONGESTION[r.metric]].append(RankedPort(r.device, r.port, r.grp or "", r.rate))
     return out
@@ -227,6 +248,7 @@ SELECT grp, bucket,
          / NULLIF(sum(dt) FILTER (WHERE metric = 'port_oper_up' AND v <> 'NaN'), 0) AS up,
        sum(d) FILTER (WHERE metric = 'port_link_down_events_total') AS flaps
 FROM x GROUP BY grp, bucket ORDER BY grp, bucket"""
+    sql = _stage(conn, sql, ["port_oper_up", "port_link_down_events_total"], src, start, end, max_gap_s)
     rows = conn.execute(text(sql), _params(start, end, step_s, max_gap_s)).all()
     return [KpiPoint(r.grp, r.bucket, {"availability": r.up, "flaps": r.flaps}) for r in rows]
 

@@ -34,10 +34,15 @@ def _pg_us(ts_ms: np.ndarray) -> np.ndarray:
 
 def pack_rows(sid: np.ndarray, ts_ms: np.ndarray, values: np.ndarray) -> bytes:
     """(series_id, ts, value) rows."""
+    return pack_rows_us(sid, ts_ms * 1000, values)
+
+
+def pack_rows_us(sid: np.ndarray, ts_us: np.ndarray, values: np.ndarray) -> bytes:
+    """(series_id, ts, value) rows, times in Unix microseconds."""
     rows = np.empty(len(sid), ROW_DTYPE)
     rows["fields"], rows["sid_len"], rows["ts_len"], rows["value_len"] = 3, 4, 8, 8
     rows["sid"] = sid
-    rows["ts"] = _pg_us(ts_ms)
+    rows["ts"] = ts_us - _PG_EPOCH_MS * 1000
     rows["value"] = values
     return rows.tobytes()
 

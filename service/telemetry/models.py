@@ -16,6 +16,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     PrimaryKeyConstraint,
     SmallInteger,
     String,
@@ -79,6 +80,29 @@ sample_blocks = Table(
     PrimaryKeyConstraint("series_id", "first_ts", name="sample_blocks_pkey"),
     CheckConstraint("first_ts <= last_ts AND cardinality(ts) = cardinality(vals)", name="sample_block_shape"),
     Index("sample_blocks_last_ts", "last_ts"),
+)
+
+# Samples past the hot window: one compressed chunk (service/telemetry/chunk_codec.py) per series and
+# hour (import blocks: day), partitioned by day on first_ts; the last two samples in plain columns
+# for `last_samples` (migration 0200). Read through service/telemetry/store.py.
+sample_chunks = Table(
+    "sample_chunks",
+    Base.metadata,
+    Column("series_id", Integer, nullable=False),
+    Column("first_ts", DateTime(timezone=True), nullable=False),
+    Column("last_ts", DateTime(timezone=True), nullable=False),
+    Column("n", Integer, nullable=False),
+    Column("last_value", Float(53), nullable=False),
+    Column("prev_ts", DateTime(timezone=True)),
+    Column("prev_value", Float(53)),
+    Column("data", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("series_id", "first_ts", name="sample_chunks_pkey"),
+    CheckConstraint("first_ts <= last_ts AND n > 0 AND (n = 1) = (prev_ts IS NULL) AND date_trunc('day', "
+                    "first_ts AT TIME ZONE 'UTC') = date_trunc('day', last_ts AT TIME ZONE 'UTC')",
+                    name="sample_chunk_shape"),
+    Index("sample_chunks_first_ts_brin", "first_ts", postgresql_using="brin",
+          postgresql_with={"autosummarize": "on"}),
+    postgresql_partition_by="RANGE (first_ts)",
 )
 
 
@@ -178,6 +202,16 @@ def _rollup_table(name: str) -> Table:
 # Rollups of `samples`, partitioned on bucket like samples on ts; kept longer than raw.
 rollup_5m = _rollup_table("rollup_5m")
 rollup_1h = _rollup_table("rollup_1h")
+
+
+class ChunkWatermark(Base):
+    """Every hour before `done_until` has been compressed into `sample_chunks` (a single row)."""
+
+    __tablename__ = "chunk_watermark"
+    id: Mapped[bool] = mapped_column(Boolean, primary_key=True, server_default=text("true"))
+    done_until: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=text("now()"))
+    __table_args__ = (CheckConstraint("id", name="chunk_watermark_id_check"),)
 
 
 class RollupWatermark(Base):

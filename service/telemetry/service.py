@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
 from sqlalchemy import Connection, Engine, text
 
 from service.config import get_settings
@@ -18,6 +19,7 @@ from service.telemetry.ingest import Ingestor, IngestReport, NothingStored
 from service.telemetry.promtext import PromParseError
 from service.telemetry.rollups import L1H, L5M, LEVELS, Level, floor_to, read_rollup, watermark
 from service.telemetry.samples import Sample
+from service.telemetry.store import read_samples
 
 
 def import_prometheus(
@@ -85,10 +87,14 @@ ORDER BY d.name, p.name NULLS FIRST, s.lane NULLS FIRST, s.priority NULLS FIRST,
 LIMIT :limit
 """
 
-_POINTS_SQL = """
-SELECT (extract(epoch FROM ts) * 1000)::bigint, value FROM samples_between(:start, :end)
-WHERE series_id = :sid ORDER BY ts
-"""
+def _per_series(conn: Connection, sids: list[int], start: datetime, end: datetime
+                ) -> dict[int, tuple[list[int], list[float]]]:
+    """(times in ms, values) per series in [start, end]: rows, blocks and chunks (service/telemetry/store.py)."""
+    got = read_samples(conn, start, end, sids)
+    cuts = np.searchsorted(got.sid, sids, side="left").tolist()
+    ends = np.searchsorted(got.sid, sids, side="right").tolist()
+    ts_ms, vals = got.ts_ms, got.value
+    return {sid: (ts_ms[cuts[i]:ends[i]].tolist(), vals[cuts[i]:ends[i]].tolist()) for i, sid in enumerate(sids)}
 
 
 def query_series(
@@ -126,10 +132,9 @@ def query_series(
     if level is not None:
         return _query_rollups(conn, level, mdef, found, start, end, step_s, is_counter)
     out = []
+    points_of = _per_series(conn, sorted(r[0] for r in found), start, end)
     for sid, m, dev, prt, ln, prio, g, bits, sat in found:
-        rows = conn.execute(text(_POINTS_SQL), {"sid": sid, "start": start, "end": end}).all()
-        ts = [r[0] for r in rows]
-        vals = [r[1] for r in rows]
+        ts, vals = points_of[sid]
         if is_counter:
             per_s = rates(ts, vals, bits=bits, saturating=sat)
             points = list(zip(ts[1:], per_s[1:], strict=True))
@@ -179,12 +184,6 @@ def _pick_level(span: timedelta, step_s: float | None, after_s: tuple[float, flo
     return level
 
 
-_TAIL_SQL = """
-SELECT series_id, (extract(epoch FROM ts) * 1000)::bigint, value FROM samples_between(:start, :end)
-WHERE series_id = ANY(:sids) ORDER BY series_id, ts
-"""
-
-
 def _query_rollups(conn: Connection, level: Level, mdef: catalogue.MetricDef, found: list[Any], start: datetime,
                    end: datetime, step_s: float | None, is_counter: bool) -> list[SeriesResult]:
     """Series from the coarsest rollups that cover the range, then finer ones, then raw after the watermarks.
@@ -218,10 +217,7 @@ def _query_rollups(conn: Connection, level: Level, mdef: catalogue.MetricDef, fo
     # After the finest watermark: raw samples, from one step before it so its first step counts.
     tail: dict[int, tuple[list[int], list[float]]] = {sid: ([], []) for sid in sids}
     if lo <= end:
-        for sid, t_ms, v in conn.execute(text(_TAIL_SQL), {
-                "sids": sids, "start": lo - timedelta(seconds=max_gap_s), "end": end}).all():
-            tail[sid][0].append(t_ms)
-            tail[sid][1].append(v)
+        tail = _per_series(conn, sorted(sids), lo - timedelta(seconds=max_gap_s), end)
     lo_ms = int(lo.timestamp() * 1000)
     out = []
     for sid, m, dev, prt, ln, prio, g, bits, sat in found:

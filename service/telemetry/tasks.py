@@ -21,6 +21,18 @@ def maintain_partitions() -> dict[str, Any]:
     return {"created": created, "dropped": dropped}
 
 
+@celery_app.task(name="fabricwatch.compress_samples")
+def compress_samples() -> dict[str, Any]:
+    """Move samples past the hot window into compressed chunks (bounded work per run)."""
+    from service.telemetry.compress import run_compression
+
+    settings = get_settings()
+    run = run_compression(get_engine(settings.database_url or ""), now=datetime.now(UTC),
+                          hot_s=settings.compress_after_s, batch_series=settings.compress_batch_series,
+                          max_batches=settings.compress_max_batches)
+    return run.to_dict()
+
+
 @celery_app.task(name="fabricwatch.compute_rollups")
 def compute_rollups() -> dict[str, Any]:
     """Bring the 5-minute and 1-hour rollups up to the last closed bucket (bounded work per run)."""

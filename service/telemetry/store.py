@@ -1,0 +1,172 @@
+"""Reading stored samples: hot rows, import blocks and compressed chunks, as one set.
+
+`raw_rows_between(lo, hi)` (SQL) reads rows and blocks; chunks are zstd frames that only Python
+decodes. Every service reader of a time range comes through here (`samples_between`, for Grafana,
+stands in 5-minute rollup readings for the compressed time; the service reads the samples themselves):
+
+- `read_samples` returns numpy arrays (series, time, value) of everything in [lo, hi], for readers
+  in Python (`/api/v1/series`, detection, incident soaks);
+- `stage_chunks` decodes the chunks of a range into the session's temp table `chunk_samples`, for
+  readers whose work is SQL (KPIs, rollups, drains): they read `merged_between(lo, hi)`, rows and
+  blocks plus the staged chunk samples, in the same transaction.
+
+A sample both in a chunk and in the rows (a late duplicate, until compression merges it) is the
+same reading: `read_samples` keeps the chunk's; `merged_between` may see both for that while.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import psycopg
+
+from service.telemetry.chunk_codec import decode
+from service.telemetry.copy_format import HEADER, ROW_DTYPE, TRAILER, pack_rows_us
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+_PG_EPOCH_US = 946_684_800_000_000
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Samples as parallel arrays: int64 series ids, int64 Unix microseconds, float64 values."""
+
+    sid: np.ndarray
+    ts_us: np.ndarray
+    value: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.sid)
+
+    @property
+    def ts_ms(self) -> np.ndarray:
+        return self.ts_us // 1000
+
+    @classmethod
+    def empty(cls) -> Samples:
+        return cls(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64))
+
+    def take(self, idx: np.ndarray) -> Samples:
+        return Samples(self.sid[idx], self.ts_us[idx], self.value[idx])
+
+
+def _us(t: datetime) -> int:
+    return (t - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+
+
+def _day_floor(t: datetime) -> datetime:
+    u = t.astimezone(UTC)
+    return datetime(u.year, u.month, u.day, tzinfo=UTC)
+
+
+def parse_copy_rows(buf: bytes | bytearray | memoryview) -> Samples:
+    """(series_id int, ts timestamptz, value float8) rows of a binary COPY TO."""
+    view = memoryview(buf)
+    if len(view) <= len(HEADER) + len(TRAILER):
+        return Samples.empty()
+    if bytes(view[:len(HEADER)]) != HEADER or bytes(view[-2:]) != TRAILER:
+        raise ValueError("not a binary COPY of (series_id, ts, value) rows")
+    rows = np.frombuffer(view[len(HEADER):-2], ROW_DTYPE)
+    return Samples(rows["sid"].astype(np.int64), rows["ts"].astype(np.int64) + _PG_EPOCH_US,
+                   rows["value"].astype(np.float64))
+
+
+def copy_out(cur: psycopg.Cursor[Any], query: str, params: dict[str, Any] | list[Any] | None = None) -> Samples:
+    """Run `COPY (query) TO STDOUT` in binary; the query returns (series_id, ts, value)."""
+    buf = bytearray()
+    with cur.copy(f"COPY ({query}) TO STDOUT (FORMAT BINARY)", params) as cp:
+        for data in cp:
+            buf += data
+    return parse_copy_rows(buf)
+
+
+def merge(first: Samples, second: Samples) -> tuple[Samples, int]:
+    """Both sets sorted by (series, time), one sample per (series, time), `first`'s where both have
+    one; and how many of `second`'s were dropped as duplicates."""
+    sid = np.concatenate([first.sid, second.sid])
+    ts = np.concatenate([first.ts_us, second.ts_us])
+    value = np.concatenate([first.value, second.value])
+    rank = np.concatenate([np.zeros(len(first), np.int8), np.ones(len(second), np.int8)])
+    order = np.lexsort((rank, ts, sid))
+    sid, ts, value = sid[order], ts[order], value[order]
+    keep = np.ones(len(sid), bool)
+    keep[1:] = (sid[1:] != sid[:-1]) | (ts[1:] != ts[:-1])
+    return Samples(sid[keep], ts[keep], value[keep]), int(len(keep) - keep.sum())
+
+
+def _chunk_query(series: bool) -> str:
+    # A chunk lies in one UTC day: those holding samples of [lo, hi] start on or after lo's day.
+    return ("SELECT series_id, data FROM sample_chunks WHERE first_ts >= %(day)s AND first_ts <= %(hi)s "
+            "AND last_ts >= %(lo)s" + (" AND series_id = ANY(%(sids)s)" if series else ""))
+
+
+def read_chunks(cur: psycopg.Cursor[Any], lo: datetime, hi: datetime, series_ids: list[int] | None = None
+                ) -> Samples:
+    """The chunk samples of [lo, hi] (sorted by series and time)."""
+    params = {"day": _day_floor(lo), "lo": lo, "hi": hi, "sids": series_ids}
+    sids, times, values = [], [], []
+    cur.execute(_chunk_query(series_ids is not None), params, binary=True)
+    for sid, data in cur:
+        ts, vals = decode(data)
+        sids.append(np.full(len(ts), sid, np.int64))
+        times.append(ts)
+        values.append(vals)
+    if not sids:
+        return Samples.empty()
+    out = Samples(np.concatenate(sids), np.concatenate(times), np.concatenate(values))
+    sel = (out.ts_us >= _us(lo)) & (out.ts_us <= _us(hi))
+    out = out.take(np.nonzero(sel)[0])
+    order = np.lexsort((out.ts_us, out.sid))
+    return out.take(order)
+
+
+def read_samples(conn: Connection | psycopg.Connection[Any], lo: datetime, hi: datetime,
+                 series_ids: list[int] | None = None) -> Samples:
+    """Every stored sample with lo <= ts <= hi (of these series, or all), sorted by series and time:
+    hot rows, import blocks and compressed chunks, one sample per (series, time)."""
+    raw = conn if isinstance(conn, psycopg.Connection) else conn.connection.driver_connection
+    with raw.cursor() as cur:  # type: ignore[union-attr]
+        where = " WHERE series_id = ANY(%(sids)s)" if series_ids is not None else ""
+        rows = copy_out(cur, f"SELECT series_id, ts, value FROM raw_rows_between(%(lo)s, %(hi)s){where}",
+                        {"lo": lo, "hi": hi, "sids": series_ids})
+        chunks = read_chunks(cur, lo, hi, series_ids)
+    if not len(chunks):
+        order = np.lexsort((rows.ts_us, rows.sid))
+        return rows.take(order)
+    return merge(chunks, rows)[0]
+
+
+STAGE_TABLE = "chunk_samples"
+
+
+def merged_between(lo: str, hi: str, staged: int = 1) -> str:
+    """SQL for (series_id, ts, value) of rows, blocks and the staged chunk samples; `lo`/`hi` are SQL
+    expressions (bind parameters). Call `stage_chunks` for the same range first, in the same transaction,
+    and pass what it returned: with nothing staged this is rows and blocks alone, which keeps the plan
+    of the usual case (no chunk in range) as it was."""
+    rows = f"raw_rows_between({lo}, {hi})"
+    if not staged:
+        return rows
+    return (f"(SELECT series_id, ts, value FROM {rows} UNION ALL "
+            f"SELECT series_id, ts, value FROM {STAGE_TABLE} WHERE ts >= {lo} AND ts <= {hi})")
+
+
+def stage_chunks(conn: Connection, lo: datetime, hi: datetime, series_ids: list[int] | None = None) -> int:
+    """Decode the chunks of [lo, hi] into the session's temp table `chunk_samples` (emptied first, and
+    at commit); returns the samples staged."""
+    raw = conn.connection.driver_connection
+    with raw.cursor() as cur:  # type: ignore[union-attr]
+        cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {STAGE_TABLE} (series_id int NOT NULL, ts timestamptz NOT NULL, "
+                    f"value float8 NOT NULL) ON COMMIT DELETE ROWS")
+        cur.execute(f"DELETE FROM {STAGE_TABLE}")  # what an earlier call in this transaction staged
+        found = read_chunks(cur, lo, hi, series_ids)
+        if len(found):
+            with cur.copy(f"COPY {STAGE_TABLE} (series_id, ts, value) FROM STDIN (FORMAT BINARY)") as cp:
+                cp.write(HEADER + pack_rows_us(found.sid, found.ts_us, found.value) + TRAILER)
+            cur.execute(f"ANALYZE {STAGE_TABLE}")
+    return len(found)
