@@ -43,7 +43,7 @@ import psycopg
 
 from service.telemetry import catalogue
 from service.telemetry.copy_format import HEADER, ROW_BYTES, ROW_DTYPE, TRAILER, pack_blocks_in_parts, pack_rows
-from service.telemetry.partitions import create_partitions
+from service.telemetry.partitions import analyze_written, create_partitions
 from service.telemetry.promtext import (
     CANONICAL_SERIES_RE,
     SHARED_CACHE_LIMIT,
@@ -456,6 +456,7 @@ class Ingestor:
         self._copy: psycopg.Copy | None = None
         self._copy_stack = ExitStack()
         self._days: set[int] = set()
+        self._wrote_blocks = False
         # the texts of the stream being added (`PromBlock.texts`), their slots (-1: lines refused, why)
         self._stream_texts: list[str] | None = None
         self._stream_slots = np.empty(0, np.int64)
@@ -496,6 +497,10 @@ class Ingestor:
         report = self.finish()
         if report.nothing_stored:
             raise NothingStored(report, first, source)
+        if report.written:  # an import may write days of history at once: see analyze_written
+            days = [datetime.fromtimestamp(day * _DAY_MS / 1000, tz=UTC).date() for day in sorted(self._days)]
+            with self._raw.cursor() as cur:
+                analyze_written(cur, days, report.written, blocks=self._wrote_blocks)
         return report
 
     def add_prom_blocks(self, items: Iterable[PromBlock | PromSample], default_ts_ms: int,
@@ -865,6 +870,7 @@ class Ingestor:
             with self._raw.cursor() as cur:
                 _copy_rows(cur, _BLOCKS_COPY, pack_blocks_in_parts(sid, ts_ms, values, counts, _BLOCK_PART_SAMPLES))
             self.report.written += len(sid)
+            self._wrote_blocks = True
 
     def _move_staged(self) -> None:
         """Store staged rows, which may repeat stored ones. Polls and pushes bring new timestamps, so
