@@ -16,6 +16,10 @@ against the hand-checked expectations of tests/data/snmp/conformance.toml:
   or its blind-spot warnings) and each group the walk cannot show (`unsupported`) is a missing group or
   has a blind spot there; a group reported missing that the walk does have values for is a false gap.
 
+Then the gNMI captures (tests/gnmi_corpus.py): a capture with hand-checked values is correct when every
+check holds; one the parser must refuse (invalid JSON as published, no timestamp, nothing it maps) is
+reported when the ParseError names the capture and the reason.
+
 Then the host corpus (tests/host_corpus.py: ethtool -S and -m, RDMA sysfs, rdma statistic, perfquery):
 a cell is a (source, metric group) pair of the Hosts table in docs/devices.md; it is correct when every
 hand-checked value of every capture behind it comes out right. Its blind spots are the captures that must
@@ -31,11 +35,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collectors.base import CollectResult, Target
+from collectors.base import CollectResult, ParseError, Target
+from collectors.gnmi import parse_gnmi_json
 from collectors.snmp import collect_many, parse_snmprec_varbinds, samples_from_varbinds
 from service.telemetry.coverage import COVERAGE_GROUPS, assess, expected_groups, state_of, summarize
 from service.telemetry.ingest import IngestReport
 from service.telemetry.samples import Sample
+from tests.gnmi_corpus import EXPECTED, GNMI
 from tests.host_corpus import CASES, mismatches
 from tests.snmp_corpus import Score, Walk, load_walks, score
 from tests.snmp_peers import start_snmpsim
@@ -136,7 +142,35 @@ def main() -> None:
     print(f"targets missing a whole expected group shown degraded: {shown}/{len(whole)} "
           f"(with the rule before coverage, degraded only when nothing was stored: {before}/{len(whole)})")
     print(f"{len(scores)} walks {'mapped offline' if args.offline else 'polled through snmpsim'} in {took:.1f} s")
+    gnmi_captures()
     hosts()
+
+
+def gnmi_captures() -> None:
+    """Every real gNMI capture: hand-checked values, or refused with its reason."""
+    checked = good = refused = loud = 0
+    for name, want in sorted(EXPECTED.items()):
+        text = (GNMI / name).read_text()
+        if isinstance(want, str):
+            refused += 1
+            try:
+                parse_gnmi_json(text, device="sw1", source=name)
+                print(f"    {name}: parsed, but must be refused ({want})")
+            except ParseError as e:
+                ok = want in str(e) and name in str(e)
+                loud += ok
+                if not ok:
+                    print(f"    {name}: refused with {e}, want {want!r}")
+            continue
+        checked += 1
+        try:
+            want(parse_gnmi_json(text, device="sw1", source=name))
+            good += 1
+        except (AssertionError, ParseError) as e:
+            print(f"    {name}: wrong: {e!r}"[:300])
+    print()
+    print(f"gNMI captures with correct values: {good}/{checked} ({100 * good / max(1, checked):.1f} %); "
+          f"captures refused with their reason: {loud}/{refused}")
 
 
 def hosts() -> None:
