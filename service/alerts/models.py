@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +18,7 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Text,
+    Uuid,
     func,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -79,6 +81,17 @@ class Alert(Base):
         Index("alerts_device", "device"),
         Index("alerts_parent", "parent_id"),
     )
+
+
+class AlertsVersion(Base):
+    """One row: moved by a trigger (migration 0210) in every transaction that writes alerts, at its commit.
+    The alert list's ETag validator (service/alerts/listcache.py); `epoch` is new whenever the row is."""
+
+    __tablename__ = "alerts_version"
+    id: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    epoch: Mapped[uuid.UUID] = mapped_column(Uuid, server_default=func.gen_random_uuid())
+    n: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    __table_args__ = (CheckConstraint("id = 1", name="alerts_version_one_row"),)
 
 
 class AlertEvent(Base):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 
-from service.alerts import service
+from service.alerts import listcache, service
 from service.alerts.schemas import (
     AlertAction,
     AlertDetail,
@@ -37,24 +37,48 @@ def _values(members: list[Severity] | list[Cause] | None) -> list[str] | None:
     return [m.value for m in members] if members else None
 
 
+def _sorted(values: list[str] | None) -> tuple[str, ...] | None:
+    """A filter's values in one order: the same filter in another order is the same cached page."""
+    return tuple(sorted(set(values))) if values else None
+
+
 def _not_found(what: str, ident: int) -> Problem:
     return Problem(404, "Not found", f"no {what} with id {ident}")
 
 
-@router.get("/alerts", response_model=AlertPage, summary="Alerts, newest first; keyset-paginated")
-def list_alerts(engine: EngineDep, _: ReadScope, state: Annotated[list[AlertState] | None, Query()] = None,
+@router.get("/alerts", response_model=AlertPage, summary="Alerts, newest first; keyset-paginated",
+            responses={304: {"description": "Not Modified: the If-None-Match ETag is still current"}})
+def list_alerts(request: Request, engine: EngineDep, _: ReadScope,
+                state: Annotated[list[AlertState] | None, Query()] = None,
                 severity: Annotated[list[Severity] | None, Query()] = None, kind: Multi = None,
                 device: Multi = None, pod: Multi = None, cause: Annotated[list[Cause] | None, Query()] = None,
                 sort: Sort = "-created",
-                limit: Annotated[int, Query(ge=1, le=500)] = 100, cursor: str | None = None) -> AlertPage:
-    with engine.connect() as conn:
-        try:
-            items, nxt = service.list_alerts(conn=conn, state=state, severity=_values(severity), kind=kind,
-                                             device=device, pod=pod, cause=_values(cause), sort=sort, limit=limit,
-                                             cursor=cursor)
-        except ValueError as exc:
-            raise Problem(400, "Bad parameter", str(exc)) from None
-    return AlertPage(items=[AlertRead(**r) for r in items], next_cursor=nxt)
+                limit: Annotated[int, Query(ge=1, le=500)] = 100, cursor: str | None = None) -> Response:
+    """Sends an ETag that changes whenever any alert does (a cycle, an ack): `If-None-Match` with it
+    gets 304 and no body while nothing changed (service/alerts/listcache.py)."""
+    filters = {"state": _sorted(state), "severity": _sorted(_values(severity)), "kind": _sorted(kind),
+               "device": _sorted(device), "pod": _sorted(pod), "cause": _sorted(_values(cause))}
+    key = (*filters.values(), sort, limit, cursor)
+    # One snapshot for the version and the page: the page is exactly the alerts of that version.
+    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
+        version = listcache.read_version(conn)
+        body = listcache.PAGES.get(version, key) if version else None
+        if body is None:
+            try:
+                items, nxt = service.list_alerts(conn=conn, **{k: list(v) if v else None for k, v in filters.items()},
+                                                 sort=sort, limit=limit, cursor=cursor)
+            except ValueError as exc:
+                raise Problem(400, "Bad parameter", str(exc)) from None
+            body = AlertPage(items=[AlertRead(**r) for r in items], next_cursor=nxt).model_dump_json().encode()
+            if version:
+                listcache.PAGES.put(version, key, body)
+    if version is None:
+        return Response(body, media_type="application/json")
+    tag = listcache.etag(version, key)
+    headers = {"ETag": tag, "Cache-Control": listcache.CACHE_CONTROL}
+    if listcache.matches(request.headers.get("if-none-match"), tag):
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type="application/json", headers=headers)
 
 
 @router.get("/alerts/{alert_id}", response_model=AlertDetail, summary="One alert with its history")
