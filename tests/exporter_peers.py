@@ -99,3 +99,17 @@ def page_server(pages: Mapping[str, tuple[int, bytes]]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def snmp_exporter(work: Path, config: Path) -> Iterator[str]:
+    """A real snmp_exporter with the given snmp.yml; yields its /snmp URL (add ?target=..&module=..)."""
+    port = free_tcp_port()
+    log = work / "snmp_exporter.log"
+    proc = start([binary("prometheus-snmp-exporter"), f"--config.file={config}",
+                  f"--web.listen-address=127.0.0.1:{port}"], log)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/", proc, log)
+        yield f"http://127.0.0.1:{port}/snmp"
+    finally:
+        stop([proc])

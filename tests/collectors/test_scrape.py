@@ -23,11 +23,14 @@ from service.config import load_settings
 from service.inventory.schemas import Inventory
 from service.inventory.service import upsert_inventory
 from service.telemetry.targets import list_targets
-from tests.exporter_peers import metrics, node_exporter, page_server
+from tests.exporter_peers import metrics, node_exporter, page_server, snmp_exporter
 from tests.live_api import free_tcp_port
 from tests.paths import REPO
+from tests.snmp_peers import start_snmpsim
 
 DCGM = REPO / "tests/data/real/dcgm/tmax_hypercloud_dcgm-exporter1.4.6_pod_gpu_metrics_2gpu_blank_nvlink.prom"
+ARISTA = REPO / "tests/data/snmp/arista_eos_4.20_dcs-7150s-24.snmprec"
+SNMP_YML = REPO / "tests/data/exporters/snmp.yml"   # if_mib and Arista DOM modules for snmp_exporter
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +71,9 @@ def _stored(db: Engine) -> dict[tuple[str, str | None, int | None], float]:
             "LEFT JOIN ports p ON p.id = s.port_id"))}
 
 
-def _target(db: Engine) -> dict[str, Any]:
+def _target(db: Engine, device: str = "gpu-a01") -> dict[str, Any]:
     with db.connect() as conn:
-        return list_targets(conn, device="gpu-a01", rules=False)[0]
+        return list_targets(conn, device=device, rules=False)[0]
 
 
 def test_node_exporter_and_dcgm_pages_land_on_the_hosts_ports_and_gpus(db: Engine, db_url: str, node_url: str,
@@ -127,6 +130,44 @@ def test_ports_the_inventory_lacks_are_named_not_dropped_silently(db: Engine, db
     assert out["ok"], out
     spots = _target(db)["coverage"]["blind_spots"]["ports"]
     assert any("unknown_port" in w and f"gpu-a01:{netdevs[0]}" in w for w in spots), spots
+
+
+def test_snmp_exporter_pages_land_on_the_switch_ports(db: Engine, db_url: str) -> None:
+    """A real snmp_exporter walking snmpsim (serving a real Arista recording): the switch needs no SNMP
+    collector of ours; every stored reading equals snmp_exporter's own, in catalogue units."""
+    sim = start_snmpsim({"public": ARISTA})
+    try:
+        with tempfile.TemporaryDirectory(prefix="fw-scrape-") as work, \
+                snmp_exporter(Path(work), SNMP_YML) as snmp_url:
+            pages = {m: f"{snmp_url}?target=127.0.0.1:{sim.port}&module={m}" for m in ("if_mib", "dom")}
+            own = {(n, lb.get("ifName")): v for n, lb, v in metrics(httpx.get(pages["if_mib"], timeout=20).text)}
+            names = sorted({p for n, p in own if n == "ifHighSpeed" and p})
+            inv = {"devices": [{"name": "arista1", "kind": "switch", "role": "leaf",
+                                "ports": [{"name": n, **({"optic": {"type": "10G-SR"}} if n == "Ethernet21" else {})}
+                                          for n in names],
+                                "endpoints": [{"protocol": "scrape", "scrape_urls": list(pages.values()),
+                                               "timeout_s": 20}]}]}
+            with Session(db) as session:
+                upsert_inventory(session=session, inventory=Inventory.model_validate(inv))
+                session.commit()
+            scrape.MAPPER.forget()
+            with db.connect() as conn:
+                ep = conn.execute(text("SELECT id FROM endpoints")).scalar_one()
+            out = run_collection(ep, ["counters", "state", "optics"], settings=load_settings(database_url=db_url))
+    finally:
+        sim.close()
+    assert out["ok"] and out["rejected"] == 0, out
+    stored = _stored(db)
+    for obj, metric, conv in (("ifHCInOctets", "port_rx_bytes_total", lambda v: v),
+                              ("ifHighSpeed", "port_speed_bits_per_second", lambda v: v * 1e6),
+                              ("ifOperStatus", "port_oper_up", lambda v: 1.0 if v == 1 else 0.0)):
+        ports = {p: v for (n, p), v in own.items() if n == obj}
+        assert len(ports) >= 20
+        for port, v in ports.items():
+            assert stored[(metric, port, None)] == conv(v), (obj, port)
+    assert ("optic_temperature_celsius", "Ethernet21", None) in stored
+    t = _target(db, "arista1")
+    assert t["state"] == "ok", t
 
 
 def test_scrape_settings_are_checked_in_the_inventory() -> None:
