@@ -70,9 +70,8 @@ def get_alertmanager(destination_id: int, engine: EngineDep, _: AdminScope) -> A
 @router.patch("/{destination_id}", response_model=AlertmanagerRead)
 def update_alertmanager(destination_id: int, body: AlertmanagerUpdate, engine: EngineDep,
                         _: AdminScope) -> AlertmanagerRead:
-    values: dict[str, Any] = body.model_dump(exclude_unset=True)
-    if "filters" in values and values["filters"] is None:
-        values.pop("filters")
+    # a field sent as null is left as it is, like a field left out (docs/api.md)
+    values: dict[str, Any] = {k: v for k, v in body.model_dump(exclude_unset=True).items() if v is not None}
     try:
         with engine.begin() as conn:
             row = destinations.update_destination(conn=conn, destination_id=destination_id, values=values)

@@ -311,6 +311,10 @@ def test_api_destinations_and_notify_status(db: Engine, db_url: str, am: Alertma
         assert set(ours(am.wait_alerts(lambda x: len(x) == 2))) == {"leaf-01", "leaf-02"}
         assert client.patch(f"/api/v1/alertmanagers/{made['id']}",
                             json={"url": "http://169.254.169.254"}).status_code == 422
+        # null is "leave it as it is" (found by fuzzing: a null url was a 500, a null name a 409)
+        kept = client.patch(f"/api/v1/alertmanagers/{made['id']}",
+                            json={"name": None, "url": None, "filters": None, "enabled": None})
+        assert kept.status_code == 200 and kept.json()["url"] == am.url and kept.json()["name"] == "am-1"
         assert client.patch(f"/api/v1/alertmanagers/{made['id']}", json={"enabled": False}).json()["enabled"] is False
         assert client.get("/api/v1/notify").json()["alertmanagers"][0]["state"] == "disabled"
         assert client.delete(f"/api/v1/alertmanagers/{made['id']}").status_code == 204
