@@ -356,7 +356,15 @@ def deliver(engine: Engine, *, settings: AlertmanagerSettings | None = None, not
     if not dests:
         return {}
     deadline = time.monotonic() + budget_s
+
+    def one(dest: Any) -> Counter[str]:
+        try:
+            return _deliver_one(engine, dest, s, ns, policy, deadline)
+        except Exception:  # a bug, not the Alertmanager: its rows are tried again when their lease runs out
+            log.exception("alertmanager %s (%s): delivery failed", dest.name, dest.id)
+            return Counter(error=1)
+
     with ThreadPoolExecutor(min(8, len(dests)), "alertmanager") as pool:
-        for counts in pool.map(lambda d: _deliver_one(engine, d, s, ns, policy, deadline), dests):
+        for counts in pool.map(one, dests):
             total.update(counts)
     return dict(total)
