@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import psycopg
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import OperationalError
 
 from service.telemetry.chunk_codec import decode, encode
 from service.telemetry.partitions import (
@@ -43,7 +44,7 @@ from service.telemetry.partitions import (
     existing_partitions,
     partition_name,
 )
-from service.telemetry.store import Samples, copy_out, merge
+from service.telemetry.store import Samples, copy_out, merge, per_series
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -51,6 +52,7 @@ DAY = timedelta(days=1)
 _DAY_US = 86_400_000_000
 _LOCK_KEY = 74_201_300  # one compression run at a time (a session lock: a killed run frees it)
 _MAX_SID = 2**31 - 1
+_TRUNCATE_WAIT_MS = 2000
 _CHUNK_TYPES = ["int4", "timestamptz", "timestamptz", "int4", "float8", "timestamptz", "float8", "bytea"]
 
 
@@ -156,11 +158,11 @@ def _series_batches(cur: psycopg.Cursor[Any], size: int, ids: list[int] | None =
     return out
 
 
-_MOVE_ROWS = ("DELETE FROM sample_rows WHERE series_id BETWEEN %(a)s AND %(b)s AND ts >= %(lo)s AND ts < %(hi)s "
-              "RETURNING series_id, ts, value")
-_MOVE_BLOCKS = """WITH d AS (DELETE FROM sample_blocks WHERE series_id BETWEEN %(a)s AND %(b)s AND last_ts < %(hi)s
-                   RETURNING series_id, ts, vals)
-SELECT d.series_id, u.ts, u.value FROM d CROSS JOIN LATERAL unnest(d.ts, d.vals) AS u(ts, value)"""
+# both return a row of arrays per series (store.per_series) or block: a row per sample costs the client more
+_MOVE_ROWS = ("WITH d AS (DELETE FROM sample_rows WHERE series_id BETWEEN %(a)s AND %(b)s AND ts >= %(lo)s "
+              "AND ts < %(hi)s RETURNING series_id, ts, value) " + per_series("SELECT * FROM d"))
+_MOVE_BLOCKS = ("DELETE FROM sample_blocks WHERE series_id BETWEEN %(a)s AND %(b)s AND last_ts < %(hi)s "
+                "RETURNING series_id, ts, vals")
 
 
 def _move(engine: Engine, query: str, params: dict[str, Any], run: CompressRun, *, blocks: bool = False) -> None:
@@ -168,7 +170,7 @@ def _move(engine: Engine, query: str, params: dict[str, Any], run: CompressRun, 
     with engine.begin() as conn, _raw(conn).cursor() as cur:
         got = copy_out(cur, query, params)
         if len(got):
-            new, dups = merge(Samples.empty(), got)  # sorted; a block may repeat a row's sample
+            new, dups = merge(Samples.empty(), got)  # sorted, and a block may repeat a row's sample
             run.duplicates += dups
             write_chunks(cur, new, run)
             run.samples += len(new)
@@ -275,13 +277,20 @@ def _run(engine: Engine, run: CompressRun, *, now: datetime, hot_s: float, batch
                     return _finish(engine, run, touched, written)
                 _move(engine, _MOVE_ROWS, {"a": a, "b": b, "lo": day_start, "hi": day_start + DAY}, run)
             written.add(day)
-        with engine.begin() as conn:
-            # No row can come in between the check and the truncation: the lock waits for writers.
-            conn.execute(text(f"LOCK TABLE {name} IN ACCESS EXCLUSIVE MODE"))
-            if not conn.execute(text(f"SELECT EXISTS (SELECT 1 FROM {name})")).scalar():
-                conn.execute(text(f"TRUNCATE {name}"))
-                run.days_closed.append(name)
-                touched.discard(day)
+        try:
+            with engine.begin() as conn:
+                # No row can come in between the check and the truncation: the lock waits for writers.
+                # Not for long: readers queue behind a waiting exclusive lock; the next run tries again.
+                conn.execute(text(f"SET LOCAL lock_timeout = '{_TRUNCATE_WAIT_MS}ms'"))
+                conn.execute(text(f"LOCK TABLE {name} IN ACCESS EXCLUSIVE MODE"))
+                if not conn.execute(text(f"SELECT EXISTS (SELECT 1 FROM {name})")).scalar():
+                    conn.execute(text(f"TRUNCATE {name}"))
+                    run.days_closed.append(name)
+                    touched.discard(day)
+        except OperationalError as exc:
+            if not isinstance(exc.orig, psycopg.errors.LockNotAvailable):
+                raise
+            run.complete = False
     # 3. import blocks that end before the cutoff
     with engine.begin() as conn, _raw(conn).cursor() as cur:
         block_batches = _series_batches(cur, max(1, batch_series // 24), block_ids) if block_ids else []
