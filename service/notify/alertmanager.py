@@ -323,13 +323,19 @@ def _deliver_one(engine: Engine, dest: Any, s: AlertmanagerSettings, ns: NotifyS
             t0 = time.perf_counter()
             answer = post(client, dest.url, json.dumps(body, separators=(",", ":")).encode(), policy)
             took_ms = (time.perf_counter() - t0) * 1000
-            with engine.begin() as conn:
+            # One row per statement, each its own transaction: this never holds one row while it waits for
+            # another, so it cannot deadlock with a detection cycle that changes several of these alerts.
+            with engine.connect() as raw:
+                conn = raw.execution_options(isolation_level="AUTOCOMMIT")
+                for r in rows:
+                    if answer.ok:
+                        conn.execute(_SENT, {"v": r.version, "labels": json.dumps(held[r.id]), "resend": s.resend_s,
+                                             "id": r.id, "c": r.claims})
+                    else:
+                        conn.execute(_RELEASE, {"id": r.id, "c": r.claims})
                 if answer.ok:
-                    conn.execute(_SENT, [{"v": r.version, "labels": json.dumps(held[r.id]), "resend": s.resend_s,
-                                          "id": r.id, "c": r.claims} for r in rows])
                     conn.execute(_OK, {"d": dest.id, "code": answer.status_code})
                 else:
-                    conn.execute(_RELEASE, [{"id": r.id, "c": r.claims} for r in rows])
                     conn.execute(_FAIL, {"d": dest.id, "code": answer.status_code, "err": answer.error,
                                          "wait": _backoff_s(dest.failures + 1, s)})
             log.info("alertmanager %s (%s): %s alerts in %.0f ms: %s", dest.name, dest.id, len(body), took_ms,

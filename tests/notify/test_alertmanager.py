@@ -341,3 +341,33 @@ def test_bad_settings_stop_start_up_naming_them(env: dict[str, str], words: str,
     with pytest.raises(SettingsError, match="FABRICWATCH_ALERTMANAGER") as err:
         load_settings()
     assert words in str(err.value)
+
+
+def test_recording_a_delivery_never_deadlocks_with_a_cycle_that_changes_its_alerts(db: Engine) -> None:
+    """While a POST is in flight, a transaction (here two acknowledgements, as a detection cycle changes
+    several alerts) takes the second row of the batch, then the first. Recording the delivery row by row,
+    each in its own transaction, waits for it instead of holding the first row: before, it held the first
+    while it waited for the second, and PostgreSQL killed one of the two as a deadlock after a second."""
+    import threading
+
+    slow = Receiver().start()
+    slow.delay_s = 1.0
+    try:
+        add_destination(db, slow.url)
+        ids = cycle(db, [finding(device="leaf-01"), finding(device="leaf-02")], 0).opened
+        result: dict[str, Any] = {}
+        t = threading.Thread(target=lambda: result.update(push(db)))
+        t.start()
+        slow.wait_for(1, path="/api/v2/alerts")   # the POST is in flight: both rows are leased
+        with db.begin() as conn:
+            alerts.acknowledge(conn=conn, alert_id=ids[1], actor="bob")   # the second row of the batch
+            time.sleep(1.5)   # the answer came; the delivery records its rows meanwhile
+            alerts.acknowledge(conn=conn, alert_id=ids[0], actor="bob")   # then the first
+        t.join(20)
+        assert "error" not in result and result["delivered"] >= 2, result
+        push(db)   # the acknowledgements went out in the same round, or go now
+        with db.connect() as conn:
+            rows = list(conn.execute(text("SELECT version, sent_version FROM alertmanager_outbox")))
+        assert len(rows) == 2 and all(r.sent_version == r.version for r in rows)
+    finally:
+        slow.stop()
