@@ -16,6 +16,7 @@ same reading: `read_samples` keeps the chunk's; `merged_between` may see both fo
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -64,49 +65,64 @@ def _day_floor(t: datetime) -> datetime:
     return datetime(u.year, u.month, u.day, tzinfo=UTC)
 
 
-_ARRAY_HEAD = np.dtype([("len", ">i4"), ("ndim", ">i4"), ("flags", ">i4"), ("oid", ">i4"), ("n", ">i4"),
-                        ("lower", ">i4")])
-_ROW_HEAD = np.dtype([("fields", ">i2"), ("sid_len", ">i4"), ("sid", ">i4")])
+_I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
+_ARRAY_HEAD = struct.Struct(">iiii")  # ndim, has-nulls, element type, length (then the lower bound if ndim)
+_TS_ELEM, _VALUE_ELEM = np.dtype([("len", ">i4"), ("v", ">i8")]), np.dtype([("len", ">i4"), ("v", ">f8")])
 
 
-def parse_copy_arrays(buf: bytes | bytearray | memoryview) -> Samples:
-    """Rows of (series_id int, ts timestamptz[], value float8[]) of a binary COPY TO, flattened (sorted as
-    the rows and their arrays were). A row per series and period instead of a row per sample: a COPY
-    message costs the client a Python step each, about 4 us, more than the rest of the work."""
+def _array(view: memoryview, at: int, size: int, elem: np.dtype) -> np.ndarray:
+    ndim, _, _, n = _ARRAY_HEAD.unpack_from(view, at)
+    if not ndim:
+        return np.empty(0, elem["v"])
+    return np.frombuffer(view, elem, n, at + 20)["v"]
+
+
+def parse_copy(buf: bytes | bytearray | memoryview) -> tuple[Samples, list[tuple[int, bytes]]]:
+    """A binary COPY TO of (series_id int, ts timestamptz[], value float8[][, data bytea]) rows: the arrays
+    flattened (in row order), and the (series_id, chunk) pairs of the rows that carry a chunk instead.
+    A row per series and period instead of a row per sample: a COPY message costs the client a Python
+    step each, about 4 us, more than the rest of the work."""
     view = memoryview(buf)
     if len(view) <= len(HEADER) + len(TRAILER):
-        return Samples.empty()
+        return Samples.empty(), []
     if bytes(view[:len(HEADER)]) != HEADER or bytes(view[-2:]) != TRAILER:
-        raise ValueError("not a binary COPY of (series_id, ts[], value[]) rows")
+        raise ValueError("not a binary COPY of (series_id, ts[], value[], data) rows")
     at, end = len(HEADER), len(view) - 2
-    sids, times, values = [], [], []
+    sids, times, values, chunks = [], [], [], []
     while at < end:
-        head = np.frombuffer(view, _ROW_HEAD, 1, at)[0]
-        at += _ROW_HEAD.itemsize
-        arrays = []
-        for kind in (">i8", ">f8"):
-            arr = np.frombuffer(view, _ARRAY_HEAD, 1, at)[0]
-            n = int(arr["n"]) if arr["ndim"] else 0
-            at += _ARRAY_HEAD.itemsize if arr["ndim"] else _ARRAY_HEAD.itemsize - 8
-            elems = np.frombuffer(view, np.dtype([("len", ">i4"), ("v", kind)]), n, at)
-            at += elems.nbytes
-            arrays.append(elems["v"])
-        sids.append(np.full(len(arrays[0]), int(head["sid"]), np.int64))
-        times.append(arrays[0].astype(np.int64) + _PG_EPOCH_US)
-        values.append(arrays[1].astype(np.float64))
-    if not sids:
-        return Samples.empty()
-    return Samples(np.concatenate(sids), np.concatenate(times), np.concatenate(values))
+        (fields,) = _I16.unpack_from(view, at)
+        at += 2
+        cells: list[tuple[int, int]] = []  # (offset, size) per field; size -1 for NULL
+        for _ in range(fields):
+            (size,) = _I32.unpack_from(view, at)
+            cells.append((at + 4, size))
+            at += 4 + max(size, 0)
+        (sid,) = _I32.unpack_from(view, cells[0][0])
+        if cells[1][1] >= 0:
+            ts = _array(view, cells[1][0], cells[1][1], _TS_ELEM)
+            sids.append(np.full(len(ts), sid, np.int64))
+            times.append(ts.astype(np.int64) + _PG_EPOCH_US)
+            values.append(_array(view, cells[2][0], cells[2][1], _VALUE_ELEM).astype(np.float64))
+        if fields > 3 and cells[3][1] >= 0:
+            chunks.append((sid, bytes(view[cells[3][0]:cells[3][0] + cells[3][1]])))
+    rows = (Samples(np.concatenate(sids), np.concatenate(times), np.concatenate(values)) if sids
+            else Samples.empty())
+    return rows, chunks
+
+
+def _copy(cur: psycopg.Cursor[Any], query: str, params: dict[str, Any] | list[Any] | None
+          ) -> tuple[Samples, list[tuple[int, bytes]]]:
+    buf = bytearray()
+    with cur.copy(f"COPY ({query}) TO STDOUT (FORMAT BINARY)", params) as cp:
+        for data in cp:
+            buf += data
+    return parse_copy(buf)
 
 
 def copy_out(cur: psycopg.Cursor[Any], query: str, params: dict[str, Any] | list[Any] | None = None) -> Samples:
     """Run `COPY (query) TO STDOUT` in binary; the query returns (series_id int, ts timestamptz[],
     value float8[]) rows (`per_series`)."""
-    buf = bytearray()
-    with cur.copy(f"COPY ({query}) TO STDOUT (FORMAT BINARY)", params) as cp:
-        for data in cp:
-            buf += data
-    return parse_copy_arrays(buf)
+    return _copy(cur, query, params)[0]
 
 
 def per_series(rows: str) -> str:
@@ -131,43 +147,50 @@ def merge(first: Samples, second: Samples) -> tuple[Samples, int]:
 
 def _chunk_query(series: bool) -> str:
     # A chunk lies in one UTC day: those holding samples of [lo, hi] start on or after lo's day.
-    return ("SELECT series_id, data FROM sample_chunks WHERE first_ts >= %(day)s AND first_ts <= %(hi)s "
-            "AND last_ts >= %(lo)s" + (" AND series_id = ANY(%(sids)s)" if series else ""))
+    return ("SELECT series_id, NULL::timestamptz[], NULL::float8[], data FROM sample_chunks "
+            "WHERE first_ts >= %(day)s AND first_ts <= %(hi)s AND last_ts >= %(lo)s"
+            + (" AND series_id = ANY(%(sids)s)" if series else ""))
+
+
+def _decoded(chunks: list[tuple[int, bytes]], lo: datetime, hi: datetime) -> Samples:
+    """The samples of these chunks in [lo, hi], sorted by series and time."""
+    if not chunks:
+        return Samples.empty()
+    sids, times, values = [], [], []
+    for sid, data in chunks:
+        ts, vals = decode(data)
+        sids.append(np.full(len(ts), sid, np.int64))
+        times.append(ts)
+        values.append(vals)
+    out = Samples(np.concatenate(sids), np.concatenate(times), np.concatenate(values))
+    sel = (out.ts_us >= _us(lo)) & (out.ts_us <= _us(hi))
+    out = out.take(np.nonzero(sel)[0])
+    return out.take(np.lexsort((out.ts_us, out.sid)))
 
 
 def read_chunks(cur: psycopg.Cursor[Any], lo: datetime, hi: datetime, series_ids: list[int] | None = None
                 ) -> Samples:
     """The chunk samples of [lo, hi] (sorted by series and time)."""
     params = {"day": _day_floor(lo), "lo": lo, "hi": hi, "sids": series_ids}
-    sids, times, values = [], [], []
-    cur.execute(_chunk_query(series_ids is not None), params, binary=True)
-    for sid, data in cur:
-        ts, vals = decode(data)
-        sids.append(np.full(len(ts), sid, np.int64))
-        times.append(ts)
-        values.append(vals)
-    if not sids:
-        return Samples.empty()
-    out = Samples(np.concatenate(sids), np.concatenate(times), np.concatenate(values))
-    sel = (out.ts_us >= _us(lo)) & (out.ts_us <= _us(hi))
-    out = out.take(np.nonzero(sel)[0])
-    order = np.lexsort((out.ts_us, out.sid))
-    return out.take(order)
+    return _decoded(_copy(cur, _chunk_query(series_ids is not None), params)[1], lo, hi)
 
 
 def read_samples(conn: Connection | psycopg.Connection[Any], lo: datetime, hi: datetime,
                  series_ids: list[int] | None = None) -> Samples:
     """Every stored sample with lo <= ts <= hi (of these series, or all), sorted by series and time:
-    hot rows, import blocks and compressed chunks, one sample per (series, time)."""
+    hot rows, import blocks and compressed chunks, one sample per (series, time). One round trip."""
     raw = conn if isinstance(conn, psycopg.Connection) else conn.connection.driver_connection
+    where = " WHERE series_id = ANY(%(sids)s)" if series_ids is not None else ""
+    rows_sql = per_series(f"SELECT series_id, ts, value FROM raw_rows_between(%(lo)s, %(hi)s){where}")
+    query = (f"SELECT * FROM ({rows_sql}) a CROSS JOIN (SELECT NULL::bytea) b "
+             f"UNION ALL {_chunk_query(series_ids is not None)}")
     with raw.cursor() as cur:  # type: ignore[union-attr]
-        where = " WHERE series_id = ANY(%(sids)s)" if series_ids is not None else ""
-        rows = copy_out(cur, per_series(f"SELECT series_id, ts, value FROM raw_rows_between(%(lo)s, %(hi)s){where}"),
-                        {"lo": lo, "hi": hi, "sids": series_ids})
-        chunks = read_chunks(cur, lo, hi, series_ids)
-    if not len(chunks):
-        return rows  # sorted by series and time; a block may repeat a row's time only after a re-import
-    return merge(chunks, rows)[0]
+        rows, chunks = _copy(cur, query, {"day": _day_floor(lo), "lo": lo, "hi": hi, "sids": series_ids})
+    if len(rows) and (np.diff(rows.sid) < 0).any():  # each series' times are in order (array_agg's ORDER BY)
+        rows = rows.take(np.argsort(rows.sid, kind="stable"))
+    if not chunks:
+        return rows  # a block may repeat a row's time only after a re-import
+    return merge(_decoded(chunks, lo, hi), rows)[0]
 
 
 STAGE_TABLE = "chunk_samples"
