@@ -133,6 +133,8 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Listen port (default from settings).")] = None,
     worker: Annotated[bool | None, typer.Option(
         help="Also run a Celery worker with beat (default: on with the embedded database).")] = None,
+    workers: Annotated[int, typer.Option(
+        min=1, help="API processes sharing the port (one per core the API may use; docs/operations.md).")] = 1,
 ) -> None:
     """Run the API (and, on the embedded default, the database and a worker) until Ctrl-C."""
     import uvicorn
@@ -153,10 +155,17 @@ def serve(
             console.print(f"Celery worker and beat running (log: {log})")
         if not base.database_url:
             _bootstrap_token(settings)
-        api = create_app(settings)
         h, p = host or settings.api_host, port or settings.api_port
-        console.print(f"fabricwatch API on http://{h}:{p}  (NOC page at /, OpenAPI at /docs)")
-        uvicorn.run(api, host=h, port=p, log_level=settings.log_level.lower())
+        console.print(f"fabricwatch API on http://{h}:{p}  (NOC page at /, OpenAPI at /docs)"
+                      + (f", {workers} processes" if workers > 1 else ""))
+        if workers == 1:
+            uvicorn.run(create_app(settings), host=h, port=p, log_level=settings.log_level.lower())
+            return
+        # uvicorn's worker processes each build the app from the settings; they read the database URL
+        # resolved here (the embedded server's, when that is the one) from the environment.
+        os.environ["FABRICWATCH_DATABASE_URL"] = settings.database_url or ""
+        uvicorn.run("service.api.app:create_app", factory=True, workers=workers, host=h, port=p,
+                    log_level=settings.log_level.lower())
 
 
 def _bootstrap_token(settings: Settings) -> None:
