@@ -114,12 +114,14 @@ class Exposition:
 
 
 @contextmanager
-def api_server(db_url: str, port: int, workers: int) -> Iterator[subprocess.Popen[bytes]]:
+def api_server(db_url: str, port: int, workers: int, app_dir: Path = REPO) -> Iterator[subprocess.Popen[bytes]]:
+    """The API under uvicorn; `app_dir`: another checkout's code (an older commit as the baseline)."""
     env = {**os.environ, "FABRICWATCH_DATABASE_URL": db_url, "FABRICWATCH_AUTH_REQUIRED": "false",
            "FABRICWATCH_LOG_LEVEL": "WARNING"}
     proc = subprocess.Popen([str(REPO / ".venv/bin/uvicorn"), "--factory", "service.api.app:create_app",
+                             "--app-dir", str(app_dir),
                              "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
-                             "--log-level", "warning", "--no-access-log"], env=env, cwd=REPO)
+                             "--log-level", "warning", "--no-access-log"], env=env, cwd=app_dir)
     try:
         for _ in range(200):
             try:

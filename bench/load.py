@@ -1,6 +1,6 @@
 """API under load while ingest runs: p50/p99 of /api/v1/alerts and /api/v1/series at fixed request rates.
 
-    python bench/load.py [--rates 100,500] [--seconds 20] [--ingest-devices 76]
+    python bench/load.py [--rates 100,500] [--seconds 20] [--ingest-devices 76] [--workers 2] [--revalidate]
 
 Open loop: request i is sent at t0 + i / rate whether or not earlier ones have answered, and its
 latency is measured from that intended time, so a server that falls behind shows it (no
@@ -10,7 +10,16 @@ coordinated omission). Each rate runs for a bounded time (`--seconds`), requests
 
 The request mix: alerts (first page, and filtered by device) and series (one port's rx rate
 over the last hour from raw samples, and over 3 days from the 5m rollups). Seeded: 2,000 alerts,
-and 3 days of 1-minute history for 8 hosts' ports, rolled up. Not a test.
+and 3 days of 1-minute history for 8 hosts' ports, rolled up, then ANALYZEd (as autovacuum would
+soon after such a load). Not a test.
+
+Anchor, in the same run: before each rate's mix, `GET /healthz` alone at the same rate (no database,
+no auth): what the machine, the framework and this load generator give at that rate with nothing to
+compute. The machine is shared: each phase prints the CPU the API processes and their database
+backends used per request, and how busy the whole machine was (the rest is other work).
+
+`--revalidate`: alert requests send If-None-Match with the ETag last seen for the same query, as a
+browser or the NOC page polling the list does; 304s count as answers.
 """
 
 from __future__ import annotations
@@ -25,19 +34,24 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-import httpx
+import aiohttp
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import psutil
 from ingest_soak import (  # bench scripts share the fabric; they are not a package
     REPO,
+    CpuMeter,
     PushStats,
     add_inventory,
     api_server,
+    backends,
     create_db,
     drop_db,
     fabric,
+    proc_tree,
     push_loop,
 )
 
@@ -76,6 +90,8 @@ def seed(url: str) -> None:
     from service.telemetry.rollups import run_rollups
 
     run_rollups(engine, now=datetime.now(UTC), max_chunks=10_000)
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute("ANALYZE")
 
 
 def request_for(i: int, rng: random.Random) -> tuple[str, str, dict[str, str]]:
@@ -93,18 +109,30 @@ def request_for(i: int, rng: random.Random) -> tuple[str, str, dict[str, str]]:
                                         "start": (now - timedelta(days=3)).isoformat()}
 
 
-async def open_loop(base: str, rate: float, seconds: float) -> dict[str, list[float]]:
-    """Latency (s, from intended send time) per endpoint; a failure or timeout counts as 10 s."""
-    out: dict[str, list[float]] = {"alerts": [], "series": [], "errors": []}
+async def open_loop(base: str, rate: float, seconds: float, *, anchor: bool = False,
+                    revalidate: bool = False) -> dict[str, list[float]]:
+    """Latency (s, from intended send time) per endpoint; a failure or timeout counts as 10 s.
+    `anchor`: every request is GET /healthz. `revalidate`: alert requests send the last ETag of their query."""
+    out: dict[str, list[float]] = {"alerts": [], "series": [], "healthz": [], "errors": [], "not_modified": []}
     rng = random.Random(int(rate))
-    limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
-    async with httpx.AsyncClient(base_url=base, timeout=10, limits=limits) as client:
+    etags: dict[str, str] = {}
+    # aiohttp, not httpx: measured here, httpx's client costs ~1.0 CPU ms per request and aiohttp's ~0.23,
+    # CPU the server on the same two cores would otherwise lose to its own load generator.
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with aiohttp.ClientSession(base, timeout=timeout, connector=aiohttp.TCPConnector(limit=512)) as client:
         async def one(i: int, due: float) -> None:
-            name, path, params = request_for(i, rng)
+            name, path, params = ("healthz", "/healthz", {}) if anchor else request_for(i, rng)
+            key = f"{path}?{sorted(params.items())}"
+            headers = {"if-none-match": etags[key]} if revalidate and key in etags else {}
             try:
-                r = await client.get(path, params=params)
-                ok = r.status_code == 200
-            except httpx.HTTPError:
+                async with client.get(path, params=params, headers=headers) as r:
+                    await r.read()
+                    ok = r.status in (200, 304)
+                    if r.status == 304:
+                        out["not_modified"].append(1.0)
+                    if "etag" in r.headers:
+                        etags[key] = r.headers["etag"]
+            except (aiohttp.ClientError, TimeoutError):
                 ok = False
             out[name].append(time.perf_counter() - due if ok else 10.0)
             if not ok:
@@ -120,6 +148,28 @@ async def open_loop(base: str, rate: float, seconds: float) -> dict[str, list[fl
     return out
 
 
+class Phase:
+    """CPU used during one phase: the API processes and the bench database's backends (per pid), and the
+    whole machine (psutil.cpu_times: all processes, other work on the machine included)."""
+
+    def __init__(self, server: Any, db_url: str) -> None:
+        self.server, self.db_url, self.meter = server, db_url, CpuMeter()
+
+    def __enter__(self) -> Phase:
+        self.meter.sample(proc_tree(self.server) + backends(self.db_url))
+        self.t0, self.m0 = time.monotonic(), psutil.cpu_times()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.meter.sample(proc_tree(self.server) + backends(self.db_url))
+        m1 = psutil.cpu_times()
+        self.wall = time.monotonic() - self.t0
+        busy = (m1.user + m1.nice + m1.system + m1.irq + m1.softirq) - \
+            (self.m0.user + self.m0.nice + self.m0.system + self.m0.irq + self.m0.softirq)
+        self.machine_cores = busy / self.wall
+        self.api_cores = self.meter.seconds() / self.wall
+
+
 def pct(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(len(s) * q))] * 1000 if s else float("nan")
@@ -131,6 +181,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0, help="per rate")
     ap.add_argument("--ingest-devices", type=int, default=76, help="devices pushing every 10 s (608 = all)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--revalidate", action="store_true", help="alert requests send If-None-Match")
+    ap.add_argument("--app-dir", type=Path, default=REPO,
+                    help="serve another checkout's code (e.g. `git archive` of the commit before a change)")
     ap.add_argument("--port", type=int, default=18432)
     ap.add_argument("--server", default=os.environ.get("FABRICWATCH_TEST_DATABASE_URL",
                                                        "postgresql://postgres@127.0.0.1/postgres"))
@@ -138,31 +191,44 @@ def main() -> None:
     rates = [float(r) for r in args.rates.split(",")]
     devices = fabric()
     url = create_db(args.server, "fw_load")
+    results: dict[tuple[float, str], tuple[dict[str, list[float]], Phase]] = {}
     try:
         add_inventory(url, devices)
         seed(url)
         base = f"http://127.0.0.1:{args.port}"
-        with api_server(url, args.port, args.workers):
+        with api_server(url, args.port, args.workers, args.app_dir) as server:
             pushers = devices[:args.ingest_devices]
             ingest = PushStats()
-            total = args.seconds * len(rates) + 30
+            total = 2 * args.seconds * len(rates) + 40
             t = threading.Thread(target=lambda: asyncio.run(
                 push_loop(base, pushers, time.monotonic() + total, ingest, 8)), daemon=True)
             t.start()
             time.sleep(12)  # the stream's first interval creates its series; measure in steady state
-            results = {r: asyncio.run(open_loop(base, r, args.seconds)) for r in rates}
+            for r in rates:
+                for what in ("anchor", "mix"):
+                    with Phase(server, url) as phase:
+                        res = asyncio.run(open_loop(base, r, args.seconds, anchor=what == "anchor",
+                                                    revalidate=args.revalidate))
+                    results[(r, what)] = (res, phase)
+                    time.sleep(2)  # let a backlog drain before the next phase
             t.join()
         n_ports = sum(p for _, _, p in pushers)
         print(f"machine: {platform.node()} {os.cpu_count()} cores, {platform.platform()}; "
-              f"{args.workers} uvicorn workers, load generator on the same machine")
+              f"{args.workers} uvicorn workers serving {args.app_dir}, load generator on the same machine; "
+              f"load average at the end {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
         print(f"ingest stream  : {len(pushers)} devices, {n_ports * 40 / 10:,.0f} samples/s offered, "
               f"{ingest.written:,} written, {ingest.errors} errors, push p50 {pct(ingest.latencies, 0.5):.0f} ms")
-        for r, res in results.items():
-            for name in ("alerts", "series"):
+        for (r, what), (res, phase) in results.items():
+            names = ("healthz",) if what == "anchor" else ("alerts", "series")
+            for name in names:
                 xs = res[name]
                 print(f"{r:5.0f} req/s  {name:7s}: n={len(xs):5d}  p50 {pct(xs, 0.5):7.1f} ms  "
                       f"p99 {pct(xs, 0.99):7.1f} ms  max {pct(xs, 1.0):7.1f} ms")
-            print(f"{r:5.0f} req/s  errors/timeouts: {len(res['errors'])}")
+            n = sum(len(res[x]) for x in names)
+            print(f"{r:5.0f} req/s  {what}: errors/timeouts {len(res['errors'])}, 304s {len(res['not_modified'])}; "
+                  f"API + its database {1000 * phase.api_cores * phase.wall / n:.2f} CPU ms/request "
+                  f"(ingest included), {phase.api_cores:.2f} cores over {phase.wall:.0f} s; machine busy "
+                  f"{phase.machine_cores:.2f} of {os.cpu_count()} cores")
     finally:
         drop_db(args.server, url)
 
