@@ -118,8 +118,8 @@ def main() -> None:
         for k in range(args.intervals):
             def run(k: int = k) -> None:
                 for b in streams[k]:
-                    rep = rw.write(engine, rw.decode(rw.decompress(b, limit)))
-                    assert rep.stored.written + rep.stored.duplicates == len(rep.mapped.samples), rep.to_dict()
+                    rep = rw.write(engine, rw.decompress(b, limit))
+                    assert rep.stored.written + rep.stored.duplicates == rep.mapped.mapped, rep.to_dict()
             cpu, wall = timed(run)
             results["remote write"].append((cpu, wall, per_interval))
         assert rw.TOTALS.written == per_interval * args.intervals, rw.TOTALS.to_dict()

@@ -13,18 +13,23 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import cramjam
+import numpy as np
 from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 from prometheus_client import Counter as PromCounter
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
+from service.telemetry import remote_write_columns as columns
 from service.telemetry.exporters import Mapper, MapResult
 from service.telemetry.ingest import _MAX_TS_MS, _MIN_TS_MS, Ingestor, IngestReport, timestamp_problem
-from service.telemetry.remote_write_pb2 import WriteRequest
+from service.telemetry.promtext import PromBlock
+from service.telemetry.remote_write_pb2 import Label, LabelSet, RawWriteRequest
+from service.telemetry.samples import Sample
 
 REMOTE_WRITE_SAMPLES = PromCounter(
     "fabricwatch_remote_write_samples", "Remote-write samples received, by outcome: stored, duplicate, or "
@@ -79,20 +84,32 @@ def _unknown(msg: Any, where: str) -> None:
                                "prometheus.WriteRequest does not have")
 
 
-def decode(raw: bytes) -> WriteRequest:
-    """Parse a WriteRequest; a protobuf of another message (its fields do not fit) is refused."""
+def decode(raw: bytes) -> RawWriteRequest:
+    """Parse a WriteRequest, its label sets left encoded (`labels` decodes one); a protobuf of another
+    message (its fields do not fit) is refused."""
     try:
-        req = WriteRequest.FromString(raw)
+        req = RawWriteRequest.FromString(raw)
     except DecodeError as exc:
         raise RemoteWriteError(400, "Not a WriteRequest", f"protobuf: {exc}") from None
     _unknown(req, "the request")
     for i, ts in enumerate(req.timeseries):
         _unknown(ts, f"series {i}")
-        for lbl in ts.labels:
-            _unknown(lbl, f"a label of series {i}")
-        for s in ts.samples:
-            _unknown(s, f"a sample of series {i}")
     return req
+
+
+def labels(encoded: tuple[bytes, ...]) -> tuple[tuple[str, str], ...]:
+    """A series' label pairs from its encoded Label messages (on the first sight of the label set)."""
+    out = []
+    for b in encoded:
+        try:
+            lbl = Label.FromString(b)
+        except DecodeError as exc:
+            raise RemoteWriteError(400, "Not a WriteRequest", f"protobuf: a label: {exc}") from None
+        _unknown(lbl, "a label")
+        out.append((lbl.name, lbl.value))
+    if not any(name == "__name__" for name, _ in out):
+        raise RemoteWriteError(400, "Malformed series", f"a series without __name__: {dict(out)!r}"[:300])
+    return tuple(out)
 
 
 @dataclass
@@ -170,29 +187,80 @@ class Totals:
 
 
 MAPPER = Mapper()
+
+
+def _store(conn: Connection, mapped: MapResult, batch_rows: int) -> IngestReport:
+    """Store mapped rows in the caller's transaction. Rows of series without a counter width go the way
+    of the text import (one block of columns, series resolved by their exposition text, which this
+    process remembers between requests); rows with one (SNMP Counter32, saturating IB counters) go
+    sample by sample, so a new series is created with its width."""
+    ingestor = Ingestor(conn, batch_rows=batch_rows)
+    plain = [r for r in mapped.rows if r.counter_bits is None and not r.saturating]
+    texts: list[str] = []
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    if mapped.block is not None:
+        texts += mapped.block.texts
+        parts.append((mapped.block.codes, mapped.block.ts_ms, mapped.block.values))
+    if plain:
+        counts = np.fromiter((len(r.points) for r in plain), np.int64, len(plain))
+        points = [p for r in plain for p in r.points]
+        ts = np.fromiter((p[0] for p in points), np.int64, len(points))
+        values = np.fromiter((p[1] for p in points), np.float64, len(points))
+        parts.append((np.repeat(np.arange(len(texts), len(texts) + len(plain), dtype=np.int32), counts), ts, values))
+        texts += [r.text for r in plain]
+    if texts:
+        codes, ts, values = (np.concatenate(c) for c in zip(*parts, strict=True))
+        block = PromBlock(first_line=1, texts=texts, codes=codes, values=values, ts_ms=ts)
+        ingestor.add_prom_blocks([block], 0, source="remote write")
+    for r in mapped.rows:
+        if r.counter_bits is not None or r.saturating:
+            metric, device, port, lane, prio, gpu = r.key
+            for t, v in r.points:
+                ingestor.add(Sample(metric, v, t, device, port, lane, prio, gpu, r.counter_bits, r.saturating))
+    return ingestor.finish()
 TOTALS = Totals()
 
 
-def write(engine: Engine, req: WriteRequest, *, batch_rows: int = 50_000, mapper: Mapper = MAPPER) -> WriteReport:
-    """Map and store one WriteRequest in one transaction (all of it or nothing)."""
-    series = []
+def labels_of_set(encoded: bytes) -> tuple[tuple[str, str], ...]:
+    """A series' label pairs from its encoded label section (the columnar reader's cache key)."""
+    try:
+        found = LabelSet.FromString(encoded)
+    except DecodeError as exc:
+        raise RemoteWriteError(400, "Not a WriteRequest", f"protobuf: labels: {exc}") from None
+    return labels(tuple(lbl.SerializeToString() for lbl in found.labels))
+
+
+def _check_ts(ts_ms: np.ndarray, name: Callable[[int], str]) -> None:
+    bad = np.flatnonzero((ts_ms < _MIN_TS_MS) | (ts_ms >= _MAX_TS_MS))
+    if len(bad):
+        raise RemoteWriteError(400, "Bad timestamp", f"{name(int(bad[0]))}: {timestamp_problem(int(ts_ms[bad[0]]))}")
+
+
+def write(engine: Engine, raw: bytes, req: RawWriteRequest | None = None, *, batch_rows: int = 50_000,
+          mapper: Mapper = MAPPER) -> WriteReport:
+    """Map and store one decompressed WriteRequest (checked by `decode`, which gives `req`) in one
+    transaction: all of it or nothing."""
+    req = req if req is not None else decode(raw)
+    cols = columns.read(raw)
     histograms = 0
-    for ts in req.timeseries:
-        labels = tuple((lbl.name, lbl.value) for lbl in ts.labels)
-        if not any(name == "__name__" for name, _ in labels):
-            raise RemoteWriteError(400, "Malformed series", f"a series without __name__: {dict(labels)!r}"[:300])
-        samples = [(s.timestamp, s.value) for s in ts.samples]
-        for t, _v in samples:
-            if not _MIN_TS_MS <= t < _MAX_TS_MS:
-                raise RemoteWriteError(400, "Bad timestamp", f"{dict(labels).get('__name__')}: {timestamp_problem(t)}")
-        histograms += len(ts.histograms)
-        series.append((labels, samples))
-    with engine.begin() as conn:
-        mapped = mapper.map(conn, series)
-        ingestor = Ingestor(conn, batch_rows=batch_rows)
-        for s in mapped.samples:
-            ingestor.add(s)
-        stored = ingestor.finish()
+    if cols is not None:
+        who = np.repeat(np.arange(len(cols.keys)), cols.counts)
+        _check_ts(cols.ts_ms, lambda at: dict(labels_of_set(cols.keys[int(who[at])])).get("__name__", "?"))
+        with engine.begin() as conn:
+            mapped = mapper.map_columns(conn, cols.keys, cols.counts, cols.ts_ms, cols.values, labels_of_set)
+            stored = _store(conn, mapped, batch_rows)
+    else:  # another layout (exemplars, histograms, field order): message by message
+        series = []
+        for ts in req.timeseries:
+            key = tuple(ts.labels)
+            samples = [(s.timestamp, s.value) for s in ts.samples]
+            _check_ts(np.fromiter((t for t, _v in samples), np.int64, len(samples)),
+                      lambda _at, key=key: dict(labels(key)).get("__name__", "?"))
+            histograms += len(ts.histograms)
+            series.append((key, samples))
+        with engine.begin() as conn:
+            mapped = mapper.map_keyed(conn, series, labels)
+            stored = _store(conn, mapped, batch_rows)
     report = WriteReport(mapped, stored, histograms)
     REMOTE_WRITE_SAMPLES.labels("stored").inc(stored.written)
     REMOTE_WRITE_SAMPLES.labels("duplicate").inc(stored.duplicates)

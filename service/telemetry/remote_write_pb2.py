@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12remote_write.proto\x12\nprometheus\"n\n\x0cWriteRequest\x12*\n\ntimeseries\x18\x01 \x03(\x0b\x32\x16.prometheus.TimeSeries\x12,\n\x08metadata\x18\x03 \x03(\x0b\x32\x1a.prometheus.MetricMetadataJ\x04\x08\x02\x10\x03\"\xa8\x01\n\nTimeSeries\x12!\n\x06labels\x18\x01 \x03(\x0b\x32\x11.prometheus.Label\x12#\n\x07samples\x18\x02 \x03(\x0b\x32\x12.prometheus.Sample\x12\'\n\texemplars\x18\x03 \x03(\x0b\x32\x14.prometheus.Exemplar\x12)\n\nhistograms\x18\x04 \x03(\x0b\x32\x15.prometheus.Histogram\"$\n\x05Label\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"*\n\x06Sample\x12\r\n\x05value\x18\x01 \x01(\x01\x12\x11\n\ttimestamp\x18\x02 \x01(\x03\"O\n\x08\x45xemplar\x12!\n\x06labels\x18\x01 \x03(\x0b\x32\x11.prometheus.Label\x12\r\n\x05value\x18\x02 \x01(\x01\x12\x11\n\ttimestamp\x18\x03 \x01(\x03\"`\n\tHistogram\x12\x13\n\tcount_int\x18\x01 \x01(\x04H\x00\x12\x15\n\x0b\x63ount_float\x18\x02 \x01(\x01H\x00\x12\x0b\n\x03sum\x18\x03 \x01(\x01\x12\x11\n\ttimestamp\x18\x0f \x01(\x03\x42\x07\n\x05\x63ount\"V\n\x0eMetricMetadata\x12\x0c\n\x04type\x18\x01 \x01(\x05\x12\x1a\n\x12metric_family_name\x18\x02 \x01(\t\x12\x0c\n\x04help\x18\x04 \x01(\t\x12\x0c\n\x04unit\x18\x05 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12remote_write.proto\x12\nprometheus\"n\n\x0cWriteRequest\x12*\n\ntimeseries\x18\x01 \x03(\x0b\x32\x16.prometheus.TimeSeries\x12,\n\x08metadata\x18\x03 \x03(\x0b\x32\x1a.prometheus.MetricMetadataJ\x04\x08\x02\x10\x03\"\xa8\x01\n\nTimeSeries\x12!\n\x06labels\x18\x01 \x03(\x0b\x32\x11.prometheus.Label\x12#\n\x07samples\x18\x02 \x03(\x0b\x32\x12.prometheus.Sample\x12\'\n\texemplars\x18\x03 \x03(\x0b\x32\x14.prometheus.Exemplar\x12)\n\nhistograms\x18\x04 \x03(\x0b\x32\x15.prometheus.Histogram\"$\n\x05Label\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"*\n\x06Sample\x12\r\n\x05value\x18\x01 \x01(\x01\x12\x11\n\ttimestamp\x18\x02 \x01(\x03\"O\n\x08\x45xemplar\x12!\n\x06labels\x18\x01 \x03(\x0b\x32\x11.prometheus.Label\x12\r\n\x05value\x18\x02 \x01(\x01\x12\x11\n\ttimestamp\x18\x03 \x01(\x03\"`\n\tHistogram\x12\x13\n\tcount_int\x18\x01 \x01(\x04H\x00\x12\x15\n\x0b\x63ount_float\x18\x02 \x01(\x01H\x00\x12\x0b\n\x03sum\x18\x03 \x01(\x01\x12\x11\n\ttimestamp\x18\x0f \x01(\x03\x42\x07\n\x05\x63ount\"X\n\x0fRawWriteRequest\x12-\n\ntimeseries\x18\x01 \x03(\x0b\x32\x19.prometheus.RawTimeSeries\x12\x10\n\x08metadata\x18\x03 \x03(\x0cJ\x04\x08\x02\x10\x03\"k\n\rRawTimeSeries\x12\x0e\n\x06labels\x18\x01 \x03(\x0c\x12#\n\x07samples\x18\x02 \x03(\x0b\x32\x12.prometheus.Sample\x12\x11\n\texemplars\x18\x03 \x03(\x0c\x12\x12\n\nhistograms\x18\x04 \x03(\x0c\"-\n\x08LabelSet\x12!\n\x06labels\x18\x01 \x03(\x0b\x32\x11.prometheus.Label\"V\n\x0eMetricMetadata\x12\x0c\n\x04type\x18\x01 \x01(\x05\x12\x1a\n\x12metric_family_name\x18\x02 \x01(\t\x12\x0c\n\x04help\x18\x04 \x01(\t\x12\x0c\n\x04unit\x18\x05 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,6 +43,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EXEMPLAR']._serialized_end=478
   _globals['_HISTOGRAM']._serialized_start=480
   _globals['_HISTOGRAM']._serialized_end=576
-  _globals['_METRICMETADATA']._serialized_start=578
-  _globals['_METRICMETADATA']._serialized_end=664
+  _globals['_RAWWRITEREQUEST']._serialized_start=578
+  _globals['_RAWWRITEREQUEST']._serialized_end=666
+  _globals['_RAWTIMESERIES']._serialized_start=668
+  _globals['_RAWTIMESERIES']._serialized_end=775
+  _globals['_LABELSET']._serialized_start=777
+  _globals['_LABELSET']._serialized_end=822
+  _globals['_METRICMETADATA']._serialized_start=824
+  _globals['_METRICMETADATA']._serialized_end=910
 # @@protoc_insertion_point(module_scope)

@@ -188,3 +188,43 @@ def test_it_needs_a_token_with_the_ingest_scope(db: Engine, db_url: str) -> None
     rw.MAPPER.forget()
     auth = {**HEADERS, "Authorization": f"Bearer {ingest}"}
     assert client.post("/api/v1/write", content=body(GOOD), headers=auth).status_code == 204
+
+
+def test_columnar_reader_reads_what_protobuf_reads() -> None:
+    """remote_write_columns reads the usual layout as protobuf does, edge cases included, and declines the rest."""
+    import numpy as np
+
+    from service.telemetry import remote_write_columns as columns
+    from service.telemetry.remote_write_pb2 import LabelSet, RawWriteRequest
+
+    req = request(
+        ({"__name__": "a", "device": "eth0"}, [(5, 0.0), (0, 2.5), (TS, -1.0)]),  # zero value, zero time omitted
+        ({"__name__": "b"}, []),
+        ({"__name__": "c", "x": "é" * 200}, [(TS, float("nan")), (TS + 1, 1e300)]),  # 2-byte label lengths
+        *[({"__name__": "n", "i": str(i)}, [(TS + i, float(i))]) for i in range(300)],
+    )
+    raw = req.SerializeToString()
+    got = columns.read(raw)
+    parsed = RawWriteRequest.FromString(raw)
+    assert got is not None
+    assert got.keys == [LabelSet(labels=list(ts.labels)).SerializeToString() for ts in req.timeseries]
+    assert got.counts.tolist() == [len(ts.samples) for ts in parsed.timeseries]
+    assert got.ts_ms.tolist() == [s.timestamp for ts in parsed.timeseries for s in ts.samples]
+    assert np.array_equal(got.values, [s.value for ts in parsed.timeseries for s in ts.samples], equal_nan=True)
+    # a histogram or an exemplar: another layout, read message by message
+    req.timeseries[0].histograms.add(count_int=3, timestamp=TS)
+    assert columns.read(req.SerializeToString()) is None
+
+
+def test_histograms_and_exemplars_take_the_message_path(client: TestClient, db: Engine) -> None:
+    req = request(({"__name__": "node_network_up", "device": "eth0", **NODE}, [(TS, 1.0)]),
+                  ({"__name__": "node_network_up", "device": "eth1", **NODE}, [(TS, 0.0)]))
+    req.timeseries[0].exemplars.add(value=1.0, timestamp=TS)
+    hist = req.timeseries.add()
+    hist.labels.add(name="__name__", value="rpc_seconds")
+    hist.histograms.add(count_int=3, sum=0.5, timestamp=TS)
+    r = client.post("/api/v1/write", content=body(req), headers=HEADERS)
+    assert r.status_code == 204, r.text
+    assert r.headers["x-fabricwatch-unmapped"] == "histogram=1"
+    assert _stored(db) == {("port_oper_up", "gpu-a01", "eth0", None, None, None, TS, 1.0),
+                           ("port_oper_up", "gpu-a01", "eth1", None, None, None, TS, 0.0)}

@@ -3,7 +3,8 @@ Prometheus-shaped source goes through (the remote-write receiver, the scrape col
 
     mapper = Mapper()                       # one per process: it remembers ranks and sums
     result = mapper.map(conn, series)       # series: [(labels, [(ts_ms, value), ...]), ...]
-    result.samples                          # list[Sample], ready for Ingestor / ingest_samples
+    result.rows                             # per catalogue series: key, series text, counter width, points
+    result.samples                          # the same as list[Sample], ready for Ingestor / ingest_samples
     result.report()                         # {"mapped_series": .., "unmapped": {reason: n}, ...}
 
 `labels` is a tuple of (name, value) pairs with `__name__` among them (the remote-write order:
@@ -23,13 +24,15 @@ Duplicates of one part at one timestamp (MIG instances repeating a device field)
 
 from __future__ import annotations
 
-import math
 import threading
+import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from math import isfinite
+from typing import Any, NamedTuple
 
+import numpy as np
 from sqlalchemy import Connection
 
 from service.telemetry.exporters import dcgm_exporter, gnmic, native, node_exporter, snmp_exporter
@@ -68,11 +71,49 @@ class _Target:
     key: SeriesKey
     m: Match
     exporter: str
+    name: str  # the source metric name, for reports
+    text: str  # the catalogue series as exposition text (the ingest path's series key)
+
+
+def series_text(key: SeriesKey) -> str:
+    """`metric{device="..",port="..",lane=".."}`: the canonical exposition text of a catalogue series
+    (inventory names never hold quotes or backslashes)."""
+    metric, device, port, lane, prio, gpu = key
+    parts = [f'device="{device}"']
+    for name, v in (("port", port), ("lane", lane), ("priority", prio), ("gpu", gpu)):
+        if v is not None:
+            parts.append(f'{name}="{v}"')
+    return f"{metric}{{{','.join(parts)}}}"
+
+
+class Row(NamedTuple):
+    """The readings of one catalogue series in a batch, in catalogue units (a tuple: a batch has one per
+    series, hundreds of thousands, and a tuple is the cheapest to build)."""
+
+    key: SeriesKey
+    text: str
+    counter_bits: int | None
+    saturating: bool
+    points: list[tuple[int, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Readings as columns (`map_columns`): catalogue series texts, and per reading its text's index,
+    time and value; series without a counter width only (the ingest's block path takes none)."""
+
+    texts: list[str]
+    keys: list[SeriesKey]
+    codes: np.ndarray  # int32
+    ts_ms: np.ndarray  # int64
+    values: np.ndarray  # float64
 
 
 @dataclass
 class MapResult:
-    samples: list[Sample] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
+    block: Block | None = None
+    mapped: int = 0  # samples in rows and block
     series: int = 0
     mapped_series: int = 0
     received: int = 0  # samples in
@@ -81,13 +122,27 @@ class MapResult:
     exporters: Counter[str] = field(default_factory=Counter)  # exporter -> samples mapped
 
     def count(self, reason: Reason | str, detail: str, n: int = 1) -> None:
+        if not n:  # a series without samples (only a histogram, say)
+            return
         self.unmapped[str(reason)] += n
         self.details[str(reason)][detail] += n
+
+    @property
+    def samples(self) -> list[Sample]:
+        """The rows and the block as canonical samples (for Ingestor.add, ingest_samples)."""
+        out = [Sample(r.key[0], v, ts, r.key[1], r.key[2], r.key[3], r.key[4], r.key[5], r.counter_bits,
+                      r.saturating) for r in self.rows for ts, v in r.points]
+        b = self.block
+        if b is not None:
+            for code, ts, v in zip(b.codes.tolist(), b.ts_ms.tolist(), b.values.tolist(), strict=True):
+                k = b.keys[code]
+                out.append(Sample(k[0], v, ts, k[1], k[2], k[3], k[4], k[5]))
+        return out
 
     def report(self, limit: int = 20) -> dict[str, Any]:
         return {
             "series": self.series, "mapped_series": self.mapped_series, "received": self.received,
-            "mapped": len(self.samples), "exporters": dict(self.exporters),
+            "mapped": self.mapped, "exporters": dict(self.exporters),
             "unmapped": dict(self.unmapped),
             "unmapped_detail": {r: dict(c.most_common(limit)) for r, c in self.details.items()},
         }
@@ -125,12 +180,14 @@ class Mapper:
             self._best_rank.clear()
             self._parts.clear()
 
-    def _target(self, idx: InventoryIndex, labels: LabelPairs | Mapping[str, str]) -> _Target | Unmapped:
-        key = labels if isinstance(labels, tuple) else tuple(sorted(labels.items()))
+    def _target(self, idx: InventoryIndex, key: Hashable,
+                decode: Callable[[Any], LabelPairs] | None = None) -> _Target | Unmapped:
+        """What a series maps to, cached by `key` (its label pairs, or what `decode` turns into them)."""
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        exporter, got = match_series(dict(key))
+        labels = dict(decode(key) if decode is not None else key)  # type: ignore[call-overload]
+        exporter, got = match_series(labels)
         if isinstance(got, Match):
             device, reason, what = idx.device(got.hosts, got.kind, exact=got.exact)
             if device is None:
@@ -142,7 +199,8 @@ class Mapper:
                     if port is None:
                         got = Unmapped(Reason.UNKNOWN_PORT, f"{device}:{got.port[1]}")
                 if isinstance(got, Match):
-                    got = _Target((got.metric, device, port, got.lane, got.priority, got.gpu), got, exporter)
+                    skey = (got.metric, device, port, got.lane, got.priority, got.gpu)
+                    got = _Target(skey, got, exporter, labels.get("__name__", got.metric), series_text(skey))
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
         self._cache[key] = got
@@ -151,67 +209,197 @@ class Mapper:
     def map(self, conn: Connection, series: Iterable[tuple[LabelPairs | Mapping[str, str],
                                                           Sequence[tuple[int, float]]]],
             *, now: float = 0.0) -> MapResult:
-        import time
+        """Map series given as (labels, samples); labels as (name, value) pairs or a dict."""
+        return self.map_keyed(conn, ((labels if isinstance(labels, tuple) else tuple(sorted(labels.items())),
+                                      samples) for labels, samples in series), now=now)
 
+    def map_keyed(self, conn: Connection, items: Iterable[tuple[Hashable, Sequence[tuple[int, float]]]],
+                  decode: Callable[[Any], LabelPairs] | None = None, *, now: float = 0.0) -> MapResult:
+        """Map series given as (cache key, samples): the key is the label pairs, or anything `decode` turns
+        into them (remote write: the encoded labels, decoded only the first time a label set is seen)."""
         idx = self.index(conn, now or time.monotonic())
         res = MapResult()
-        # (key, ts) -> {(rank, part): value}
-        cells: dict[tuple[SeriesKey, int], dict[tuple[int, str | None], float]] = defaultdict(dict)
-        targets: dict[tuple[SeriesKey, int], _Target] = {}  # by (key, rank): counter widths differ by rank
-        for labels, samples in series:
-            res.series += 1
-            n = len(samples)
-            res.received += n
-            t = self._target(idx, labels)
-            if isinstance(t, Unmapped):
-                res.count(t.reason, t.detail, n)
+        by_key: dict[SeriesKey, list[tuple[_Target, Sequence[tuple[int, float]]]]] = {}
+        target, cache = self._target, self._cache
+        n_series = n_samples = 0
+        for key, samples in items:
+            n_series += 1
+            n_samples += len(samples)
+            t = cache.get(key)
+            if t is None:
+                t = target(idx, key, decode)
+            if t.__class__ is Unmapped:
+                res.count(t.reason, t.detail, len(samples))  # type: ignore[union-attr]
                 continue
-            res.mapped_series += 1
-            m = t.m
-            targets.setdefault((t.key, m.rank), t)
-            for ts, v in samples:
-                if not math.isfinite(v):
-                    res.count(Reason.NOT_FINITE, m.metric)
-                    continue
-                if m.value_fn is not None:
-                    conv = m.value_fn(v)
-                    if conv is None:
-                        res.count(Reason.BLANK_VALUE, f"{dict(labels).get('__name__', m.metric)}")
-                        continue
-                    v = conv
-                v *= m.scale
-                cell = cells[(t.key, ts)]
-                part = (m.rank, m.component)
-                prev = cell.get(part)
-                cell[part] = v if prev is None else max(prev, v)
-        self._assemble(cells, targets, res)
+            got = by_key.get(t.key)  # type: ignore[union-attr]
+            if got is None:
+                by_key[t.key] = [(t, samples)]  # type: ignore[union-attr,list-item]
+            else:
+                got.append((t, samples))  # type: ignore[arg-type]
+        res.series, res.received = n_series, n_samples
+        mapped_series = 0
+        exporters: dict[str, int] = {}
+        with self._lock:
+            for key, contributions in by_key.items():
+                mapped_series += len(contributions)
+                if len(contributions) == 1 and contributions[0][0].m.component is None:
+                    t, samples = contributions[0]
+                    n = self._emit_one(key, t, samples, res)
+                else:
+                    t = contributions[0][0]
+                    n = self._emit_combined(key, contributions, res)
+                if n:
+                    exporters[t.exporter] = exporters.get(t.exporter, 0) + n
+        res.mapped_series = mapped_series
+        res.exporters.update(exporters)
         return res
 
-    def _assemble(self, cells: dict[tuple[SeriesKey, int], dict[tuple[int, str | None], float]],
-                  targets: dict[tuple[SeriesKey, int], _Target], res: MapResult) -> None:
-        best_rank, parts_seen = self._best_rank, self._parts
+    def map_columns(self, conn: Connection, keys: Sequence[Hashable], counts: np.ndarray, ts_ms: np.ndarray,
+                    values: np.ndarray, decode: Callable[[Any], LabelPairs], *, now: float = 0.0) -> MapResult:
+        """`map_keyed` for series given as columns (remote_write_columns): per series its cache key and
+        sample count, per sample its time and value. Series that are a catalogue series' only source in the
+        batch, with plain values and no counter width, stay columns (`MapResult.block`); the others
+        (ranks, sums, conversions, counter widths) go through `map_keyed`'s per-series rules."""
+        idx = self.index(conn, now or time.monotonic())
+        cache, target = self._cache, self._target
+        targets = [cache.get(k) or target(idx, k, decode) for k in keys]
+        offsets = np.zeros(len(keys) + 1, np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        seen: dict[SeriesKey, int] = {}
+        for t in targets:
+            if t.__class__ is _Target:
+                seen[t.key] = seen.get(t.key, 0) + 1  # type: ignore[union-attr]
+        res = MapResult(series=len(keys), received=int(offsets[-1]))
+        fast_code = np.full(len(keys), -1, np.int64)  # per series: its index in the block's texts
+        texts: list[str] = []
+        block_keys: list[SeriesKey] = []
+        slow: list[int] = []
+        mapped_series = 0
+        exporters: dict[str, int] = {}
+        best_rank = self._best_rank
         with self._lock:
-            for (key, _ts), cell in cells.items():
-                low = min(r for r, _ in cell)
-                if low < best_rank.get(key, 1 << 30):
-                    best_rank[key] = low
-            for (key, ts), cell in cells.items():
-                best = best_rank[key]
-                for (rank, _part) in cell:
-                    if rank > best:
-                        res.count(Reason.SUPERSEDED, key[0])
-                parts = [v for (rank, _), v in cell.items() if rank == best]
-                if not parts:
+            for i, t in enumerate(targets):
+                if t.__class__ is not _Target:
+                    res.count(t.reason, t.detail, int(counts[i]))  # type: ignore[union-attr]
                     continue
-                if any(p is not None for r, p in cell if r == best):  # a summed series
-                    seen = parts_seen.get(key, 0)
-                    if len(parts) < seen:
-                        res.count(Reason.INCOMPLETE_SUM, key[0], len(parts))
-                        continue
-                    if len(parts) > seen:
-                        parts_seen[key] = len(parts)
-                t = targets[(key, best)]
-                metric, device, port, lane, prio, gpu = key
-                res.samples.append(Sample(metric, float(sum(parts)), ts, device, port, lane, prio, gpu,
-                                          counter_bits=t.m.counter_bits, saturating=t.m.saturating))
-                res.exporters[t.exporter] += 1
+                mapped_series += 1
+                m = t.m  # type: ignore[union-attr]
+                key = t.key  # type: ignore[union-attr]
+                if (seen[key] > 1 or m.component is not None or m.value_fn is not None or m.scale != 1.0
+                        or m.counter_bits is not None or m.saturating):
+                    slow.append(i)
+                    continue
+                best = best_rank.get(key)
+                if best is None or m.rank < best:
+                    best_rank[key] = m.rank
+                elif m.rank > best:
+                    res.count(Reason.SUPERSEDED, t.name, int(counts[i]))  # type: ignore[union-attr]
+                    continue
+                fast_code[i] = len(texts)
+                texts.append(t.text)  # type: ignore[union-attr]
+                block_keys.append(key)
+                exporters[t.exporter] = exporters.get(t.exporter, 0) + int(counts[i])  # type: ignore[union-attr]
+        if texts:
+            code = np.repeat(fast_code, counts)
+            keep = code >= 0
+            finite = np.isfinite(values)
+            bad = keep & ~finite
+            if bad.any():
+                which, n = np.unique(code[bad], return_counts=True)
+                for c, k in zip(which.tolist(), n.tolist(), strict=True):
+                    res.count(Reason.NOT_FINITE, block_keys[c][0], k)
+            keep &= finite
+            res.block = Block(texts, block_keys, code[keep].astype(np.int32), ts_ms[keep], values[keep])
+            res.mapped += int(keep.sum())
+        if slow:
+            ts_list, v_list = ts_ms.tolist(), values.tolist()
+            sub = self.map_keyed(conn, ((keys[i], list(zip(ts_list[offsets[i]:offsets[i + 1]],
+                                                           v_list[offsets[i]:offsets[i + 1]], strict=True)))
+                                        for i in slow), decode, now=now or time.monotonic())
+            res.rows = sub.rows
+            res.mapped += sub.mapped
+            for reason, c in sub.details.items():
+                for what, n in c.items():
+                    res.count(reason, what, n)
+            res.exporters.update(sub.exporters)
+        res.mapped_series = mapped_series
+        res.exporters.update(exporters)
+        return res
+
+    @staticmethod
+    def _values(t: _Target, samples: Sequence[tuple[int, float]], res: MapResult) -> list[tuple[int, float]]:
+        """(ts, value in catalogue units) of the readings; NaN, infinities and blanks counted."""
+        m = t.m
+        fn, scale = m.value_fn, m.scale
+        if fn is None and scale == 1.0:
+            out = [p for p in samples if isfinite(p[1])]
+            if len(out) != len(samples):
+                res.count(Reason.NOT_FINITE, t.name, len(samples) - len(out))
+            return out  # type: ignore[return-value]
+        out = []
+        for ts, v in samples:
+            if not isfinite(v):
+                res.count(Reason.NOT_FINITE, t.name)
+                continue
+            if fn is not None:
+                conv = fn(v)
+                if conv is None:
+                    res.count(Reason.BLANK_VALUE, t.name)
+                    continue
+                v = conv
+            out.append((ts, float(v * scale)))
+        return out
+
+    def _emit_one(self, key: SeriesKey, t: _Target, samples: Sequence[tuple[int, float]], res: MapResult) -> int:
+        """The common case: one source series for a catalogue series in this batch; the samples emitted."""
+        best = self._best_rank.get(key)
+        rank = t.m.rank
+        if best is None or rank < best:
+            self._best_rank[key] = rank
+        elif rank > best:
+            res.count(Reason.SUPERSEDED, t.name, len(samples))
+            return 0
+        points = self._values(t, samples, res)
+        if points:
+            res.rows.append(Row(key, t.text, t.m.counter_bits, t.m.saturating, points))
+            res.mapped += len(points)
+        return len(points)
+
+    def _emit_combined(self, key: SeriesKey, contributions: list[tuple[_Target, Sequence[tuple[int, float]]]],
+                       res: MapResult) -> int:
+        """Several source series for one catalogue series: the best rank wins (remembered across batches);
+        parts of a sum add up per timestamp, only when all the parts seen before are there; duplicates of one
+        part (MIG instances repeating a device field) keep the largest."""
+        low = min(t.m.rank for t, _ in contributions)
+        best = self._best_rank.get(key)
+        if best is None or low < best:
+            self._best_rank[key] = best = low
+        cells: dict[int, dict[str | None, float]] = defaultdict(dict)
+        winner: _Target | None = None
+        summed = False
+        for t, samples in contributions:
+            if t.m.rank > best:
+                res.count(Reason.SUPERSEDED, t.name, len(samples))
+                continue
+            winner = winner or t
+            summed = summed or t.m.component is not None
+            for ts, v in self._values(t, samples, res):
+                cell = cells[ts]
+                prev = cell.get(t.m.component)
+                cell[t.m.component] = v if prev is None else max(prev, v)
+        if winner is None:
+            return 0
+        points = []
+        for ts, cell in cells.items():
+            if summed:
+                seen = self._parts.get(key, 0)
+                if len(cell) < seen:
+                    res.count(Reason.INCOMPLETE_SUM, winner.name, len(cell))
+                    continue
+                if len(cell) > seen:
+                    self._parts[key] = len(cell)
+            points.append((ts, float(sum(cell.values()))))
+        if points:
+            res.rows.append(Row(key, winner.text, winner.m.counter_bits, winner.m.saturating, points))
+            res.mapped += len(points)
+        return len(points)
