@@ -73,6 +73,8 @@ def topology(
 
 # Above this, `generate` asks before writing (or, not on a terminal, wants --yes).
 CONFIRM_ABOVE_BYTES = 1_000_000_000
+# What --store costs a sample on disk, for the hint beside a large text run (bench/sim_generate.py --store)
+STORE_BYTES_PER_SAMPLE = 2.0
 
 
 def _interactive() -> bool:
@@ -90,10 +92,16 @@ def generate_cmd(
     gz: Annotated[bool, typer.Option("--gzip", help="write metrics.prom.gz")] = False,
     group: Annotated[list[str] | None, typer.Option(help="only these metric groups (repeatable)")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="write without asking, however large")] = False,
+    store: Annotated[bool, typer.Option("--store", help="write straight into the database "
+                                        "($FABRICWATCH_DATABASE_URL) as compressed chunks, not text")] = False,
 ) -> None:
     """Generate a scenario's telemetry (Prometheus text), inventory and ground truth.
 
-    It says how much it will write first; above 1 GB it asks (or, not on a terminal, wants --yes)."""
+    It says how much it will write first; above 1 GB it asks (or, not on a terminal, wants --yes).
+    With --store the samples go into the database instead (month-scale runs: a few bytes a sample)."""
+    if store:
+        _generate_into_store(scenario, start, end, step, set(group) if group else None, yes)
+        return
 
     def confirm(e: SizeEstimate) -> bool:
         other = f"; about {decimal(e.gzip_bytes)} with --gzip" if not e.gzipped else ""
@@ -106,9 +114,11 @@ def generate_cmd(
             raise typer.Exit(2)
         if e.bytes < CONFIRM_ABOVE_BYTES or yes:
             return True
+        console.print(f"[yellow]large:[/yellow] --store would keep these samples in the database, about "
+                      f"{STORE_BYTES_PER_SAMPLE:g} bytes each ({decimal(int(e.samples * STORE_BYTES_PER_SAMPLE))})")
         if not _interactive():
             console.print(f"[red]error:[/red] over {decimal(CONFIRM_ABOVE_BYTES)}: pass --yes to write it (or a "
-                          "shorter --to, a longer --step, --gzip or fewer --group)")
+                          "shorter --to, a longer --step, --gzip, fewer --group or --store)")
             raise typer.Exit(2)
         return typer.confirm("write it?", default=False)
 
@@ -129,6 +139,74 @@ def generate_cmd(
                   f"{r.series:,} series on {r.ports:,} ports ({r.seconds:.1f} s, {rate:,.0f} samples/s)")
     console.print(f"[green]wrote[/green] {r.inventory_file}")
     console.print(f"[green]wrote[/green] {r.ground_truth_file}: {r.faults} fault(s)")
+
+
+def _generate_into_store(scenario: Path, start: str | None, end: str | None, step: str | None,
+                         groups: set[str] | None, yes: bool) -> None:
+    """`sim generate --store`: estimate, ask above the threshold, then write with a progress bar."""
+    import psycopg
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from sqlalchemy.exc import OperationalError
+
+    from service.config import SettingsError, load_settings
+    from service.db import get_engine
+    from simulator.store_writer import StoreDeclined, StoreError, StoreEstimate, generate_into_store
+
+    try:
+        url = load_settings().database_url
+    except SettingsError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    if not url:
+        console.print("[red]error:[/red] --store needs FABRICWATCH_DATABASE_URL (the database to write into)")
+        raise typer.Exit(2)
+    progress = Progress(TextColumn("storing"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
+                        TextColumn("{task.fields[samples]:,} samples"), TimeRemainingColumn(), console=console)
+    task = progress.add_task("store", total=None, samples=0)
+
+    def confirm(e: StoreEstimate) -> bool:
+        console.print(f"about {decimal(e.disk_bytes)} on disk ({e.bytes_per_sample:.1f} B/sample): {e.samples:,} "
+                      f"samples of {e.series:,} series over {e.steps:,} steps, about {e.seconds / 60:.0f} min "
+                      f"(as text: {decimal(e.text_bytes)}); from {e.hot_from:%Y-%m-%d %H:%M} UTC on as rows")
+        if e.disk_bytes >= CONFIRM_ABOVE_BYTES and not yes:
+            if not _interactive():
+                console.print(f"[red]error:[/red] over {decimal(CONFIRM_ABOVE_BYTES)}: pass --yes to store it (or a "
+                              "shorter --to, a longer --step or fewer --group)")
+                raise typer.Exit(2)
+            if not typer.confirm("store it?", default=False):
+                return False
+        progress.update(task, total=e.steps)
+        progress.start()  # after the question: a live bar would draw over it
+        return True
+
+    def advance(steps: int, samples: int) -> None:
+        progress.update(task, completed=steps, samples=samples)
+
+    try:
+        r = generate_into_store(get_engine(url), scenario, start, end, step, groups=groups, confirm=confirm,
+                                progress=advance)
+    except StoreDeclined:
+        console.print("nothing written")
+        raise typer.Exit(1) from None
+    except ScenarioError as exc:
+        console.print(f"[red]scenario error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    except (StoreError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}; nothing was written")
+        raise typer.Exit(2) from None
+    except (OperationalError, psycopg.OperationalError) as exc:
+        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        console.print(f"[red]error:[/red] database: {first[0] if first else type(exc).__name__}; nothing was written")
+        raise typer.Exit(1) from None
+    finally:
+        progress.stop()
+    rate = r.samples / r.seconds if r.seconds else 0
+    console.print(f"[green]stored[/green] {r.samples:,} samples of {r.series:,} series on {r.ports:,} ports: "
+                  f"{r.chunk_samples:,} in {r.chunks:,} chunks, {r.row_samples:,} as rows (hot window); "
+                  f"{decimal(r.disk_bytes)} on disk, {r.disk_bytes / max(r.samples, 1):.2f} B/sample "
+                  f"({r.seconds:.1f} s, {rate:,.0f} samples/s)")
+    if r.duplicates:
+        console.print(f"{r.duplicates:,} samples were stored before and kept their readings")
 
 
 @app.command("serve")

@@ -42,10 +42,15 @@ def require_alertmanager() -> None:
 
 
 class Alertmanager:
-    def __init__(self, workdir: Path, hook_url: str) -> None:
+    """`basic_auth` (user, password, its bcrypt hash) turns on Alertmanager's own basic auth (--web.config.file)."""
+
+    def __init__(self, workdir: Path, hook_url: str, basic_auth: tuple[str, str, str] | None = None) -> None:
         self.workdir = workdir
         self.port = free_tcp_port()
         (workdir / "alertmanager.yml").write_text(CONFIG.format(hook=hook_url))
+        self.auth = basic_auth[:2] if basic_auth else None
+        if basic_auth:
+            (workdir / "web.yml").write_text(f"basic_auth_users:\n  {basic_auth[0]}: '{basic_auth[2]}'\n")
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -57,13 +62,15 @@ class Alertmanager:
         self.proc = subprocess.Popen(
             [BINARY, f"--config.file={self.workdir / 'alertmanager.yml'}",
              f"--storage.path={self.workdir / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
-             "--cluster.listen-address=", "--log.level=debug"], stdout=log, stderr=subprocess.STDOUT)
+             "--cluster.listen-address=", "--log.level=debug",
+             *([f"--web.config.file={self.workdir / 'web.yml'}"] if self.auth else [])],
+            stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"alertmanager exited: {self.log()[-2000:]}")
             try:
-                if httpx.get(self.url + "/-/ready", timeout=1).status_code == 200:
+                if httpx.get(self.url + "/-/ready", timeout=1, auth=self.auth).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
@@ -87,7 +94,7 @@ class Alertmanager:
 
     def alerts(self, **params: Any) -> list[dict[str, Any]]:
         """GET /api/v2/alerts (active, silenced, inhibited, unprocessed by default, as Alertmanager answers)."""
-        r = httpx.get(self.url + "/api/v2/alerts", params=params, timeout=5)
+        r = httpx.get(self.url + "/api/v2/alerts", params=params, timeout=5, auth=self.auth)
         r.raise_for_status()
         return list(r.json())
 
@@ -96,7 +103,7 @@ class Alertmanager:
         body = {"matchers": [{"name": k, "value": v, "isRegex": False, "isEqual": True} for k, v in matchers.items()],
                 "startsAt": now.isoformat(), "endsAt": (now + timedelta(minutes=minutes)).isoformat(),
                 "createdBy": "tests", "comment": comment}
-        r = httpx.post(self.url + "/api/v2/silences", json=body, timeout=5)
+        r = httpx.post(self.url + "/api/v2/silences", json=body, timeout=5, auth=self.auth)
         r.raise_for_status()
         return str(r.json()["silenceID"])
 

@@ -38,6 +38,7 @@ from service.notify import NotifySettings, notify_settings
 from service.notify.outbox import matches_filters
 from service.notify.payloads import iso
 from service.notify.schemas import AlertmanagerSettings
+from service.notify.sealing import Sealer, SealError
 from service.notify.urlpolicy import UrlPolicy, UrlRefused, check_url
 
 log = logging.getLogger(__name__)
@@ -187,7 +188,7 @@ def postable(*, lbl: dict[str, str], ann: dict[str, str], starts_ms: int, ends: 
 
 # --- delivery --------------------------------------------------------------------------------
 
-_DESTINATIONS = text("""SELECT id, name, url, failures FROM alertmanager_destinations
+_DESTINATIONS = text("""SELECT id, name, url, failures, credential FROM alertmanager_destinations
                         WHERE enabled AND (retry_at IS NULL OR retry_at <= clock_timestamp()) ORDER BY id""")
 _CLAIM = text("""
 WITH due AS (
@@ -239,7 +240,8 @@ class Answer:
         return self.error is None and self.status_code is not None and 200 <= self.status_code < 300
 
 
-def post(client: httpx.Client, base_url: str, body: bytes, policy: UrlPolicy) -> Answer:
+def post(client: httpx.Client, base_url: str, body: bytes, policy: UrlPolicy,
+         authorization: str | None = None) -> Answer:
     """POST to the address the URL policy checked (never a second resolution); no redirects followed.
     An error answer's first bytes are kept: Alertmanager says which alert it refused and why."""
     url = base_url.rstrip("/") + API_PATH
@@ -250,6 +252,8 @@ def post(client: httpx.Client, base_url: str, body: bytes, policy: UrlPolicy) ->
     name_url = httpx.URL(url)
     extensions = {"sni_hostname": name_url.raw_host.decode("ascii")} if name_url.scheme == "https" else {}
     headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, "Host": name_url.netloc.decode("ascii")}
+    if authorization:
+        headers["Authorization"] = authorization
     for i, ip in enumerate(addrs):
         try:
             with client.stream("POST", name_url.copy_with(host=str(ip)), content=body, headers=headers,
@@ -310,6 +314,12 @@ def _deliver_one(engine: Engine, dest: Any, s: AlertmanagerSettings, ns: NotifyS
     """Send one destination's due rows, batch by batch, until none is due, a POST fails or time is up."""
     counts: Counter[str] = Counter()
     lease_s = 3.0 * s.timeout_s
+    try:
+        authorization = Sealer.from_settings().open(dest.credential, what="credential", subscription=dest.name,
+                                                    owner="Alertmanager destination")
+        refused = None
+    except SealError as exc:   # nothing is sent without it; the status says why
+        authorization, refused = None, Answer(None, str(exc))
     with httpx.Client(timeout=s.timeout_s, follow_redirects=False, trust_env=False,
                       limits=httpx.Limits(max_keepalive_connections=0)) as client:
         while time.monotonic() < deadline:
@@ -321,7 +331,8 @@ def _deliver_one(engine: Engine, dest: Any, s: AlertmanagerSettings, ns: NotifyS
                     _ALERTS, {"ids": [r.alert_id for r in rows]}).mappings()}
             body, held = _render(rows, alerts, s, ns.public_url)
             t0 = time.perf_counter()
-            answer = post(client, dest.url, json.dumps(body, separators=(",", ":")).encode(), policy)
+            answer = refused or post(client, dest.url, json.dumps(body, separators=(",", ":")).encode(), policy,
+                                     authorization)
             took_ms = (time.perf_counter() - t0) * 1000
             # One row per statement, each its own transaction: this never holds one row while it waits for
             # another, so it cannot deadlock with a detection cycle that changes several of these alerts.

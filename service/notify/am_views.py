@@ -19,6 +19,7 @@ from service.notify.schemas import (
     NotifyStatus,
     WebhookStatus,
 )
+from service.notify.sealing import SealError
 from service.notify.urlpolicy import UrlRefused
 
 router = APIRouter(prefix="/api/v1/alertmanagers", tags=["alertmanagers"])
@@ -31,6 +32,11 @@ def _not_found(ident: int) -> Problem:
 
 def _refused(exc: UrlRefused) -> Problem:
     return Problem(422, "Alertmanager target refused", str(exc))
+
+
+def _unsealable(exc: SealError) -> Problem:
+    # The server's configuration, not the request, is at fault: the credential is not stored unsealed.
+    return Problem(503, "Secrets key not usable", str(exc))
 
 
 def _conflict() -> Problem:
@@ -50,9 +56,11 @@ def create_alertmanager(body: AlertmanagerCreate, engine: EngineDep, who: AdminS
         with engine.begin() as conn:
             row = destinations.create_destination(conn=conn, name=body.name, url=body.url,
                                                   filters=body.filters.model_dump(), enabled=body.enabled,
-                                                  created_by=who.name)
+                                                  created_by=who.name, auth=body.authorization())
     except UrlRefused as exc:
         raise _refused(exc) from None
+    except SealError as exc:
+        raise _unsealable(exc) from None
     except IntegrityError:
         raise _conflict() from None
     return AlertmanagerRead.from_row(row)
@@ -71,12 +79,19 @@ def get_alertmanager(destination_id: int, engine: EngineDep, _: AdminScope) -> A
 def update_alertmanager(destination_id: int, body: AlertmanagerUpdate, engine: EngineDep,
                         _: AdminScope) -> AlertmanagerRead:
     # a field sent as null is left as it is, like a field left out (docs/api.md)
-    values: dict[str, Any] = {k: v for k, v in body.model_dump(exclude_unset=True).items() if v is not None}
+    values: dict[str, Any] = {k: v for k, v in body.model_dump(
+        exclude_unset=True, exclude={"basic_auth", "bearer_token", "clear_auth"}).items() if v is not None}
+    if (auth := body.authorization()) is not None:
+        values["auth_kind"], values["credential"] = auth
+    elif body.clear_auth:
+        values["auth_kind"] = values["credential"] = None
     try:
         with engine.begin() as conn:
             row = destinations.update_destination(conn=conn, destination_id=destination_id, values=values)
     except UrlRefused as exc:
         raise _refused(exc) from None
+    except SealError as exc:
+        raise _unsealable(exc) from None
     except IntegrityError:
         raise _conflict() from None
     if row is None:

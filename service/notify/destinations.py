@@ -10,18 +10,23 @@ from service.notify import NotifySettings
 from service.notify.alertmanager import API_PATH, seed
 from service.notify.models import AlertmanagerDestination
 from service.notify.schemas import display_url
+from service.notify.sealing import Sealer
 from service.notify.service import check_target
 
 dests = AlertmanagerDestination.__table__
 
 
 def create_destination(*, conn: Connection, name: str, url: str, filters: dict[str, list[str]], enabled: bool,
-                       created_by: str, settings: NotifySettings | None = None) -> dict[str, Any]:
-    """Raise UrlRefused for a URL the webhook policy refuses. An enabled destination gets every alert that
-    fires now at once (seeded in this transaction)."""
+                       created_by: str, auth: tuple[str, str] | None = None,
+                       settings: NotifySettings | None = None) -> dict[str, Any]:
+    """Raise UrlRefused for a URL the webhook policy refuses, SealError for a credential when no secrets key is
+    usable. `auth` is (kind, the Authorization header's value), stored sealed. An enabled destination gets
+    every alert that fires now at once (seeded in this transaction)."""
     check_target(url.rstrip("/") + API_PATH, settings)
-    row = dict(conn.execute(insert(dests).values(name=name, url=url.rstrip("/"), filters=filters, enabled=enabled,
-                                                 created_by=created_by).returning(dests)).mappings().one())
+    kind, authorization = auth or (None, None)
+    row = dict(conn.execute(insert(dests).values(
+        name=name, url=url.rstrip("/"), filters=filters, enabled=enabled, created_by=created_by, auth_kind=kind,
+        credential=Sealer.from_settings().seal(authorization)).returning(dests)).mappings().one())
     if enabled:
         seed(conn, row["id"], filters)
     return row
@@ -38,11 +43,14 @@ def list_destinations(*, conn: Connection) -> list[dict[str, Any]]:
 
 def update_destination(*, conn: Connection, destination_id: int, values: dict[str, Any],
                        settings: NotifySettings | None = None) -> dict[str, Any] | None:
-    """Enabling it, or widening its filters, seeds the alerts that fire now and it does not hold yet; a new URL
-    is another Alertmanager: it is backed off no longer and gets every firing alert again."""
+    """`values` may set `auth_kind` and `credential` (the Authorization header's value, sealed here; SealError without a
+    usable key). Enabling it, or widening its filters, seeds the alerts that fire now and it does not hold
+    yet; a new URL is another Alertmanager: it is backed off no longer and gets every firing alert again."""
     if "url" in values:
         check_target(values["url"].rstrip("/") + API_PATH, settings)
         values = {**values, "url": values["url"].rstrip("/"), "retry_at": None, "failures": 0}
+    if values.get("credential") is not None:
+        values = {**values, "credential": Sealer.from_settings().seal(values["credential"])}
     row = conn.execute(update(dests).where(dests.c.id == destination_id)
                        .values(updated_at=func.now(), **values).returning(dests)).mappings().first()
     if row is None:

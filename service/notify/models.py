@@ -121,6 +121,9 @@ class AlertmanagerDestination(Base):
     last_success_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_status_code: Mapped[int | None] = mapped_column(Integer)
     last_error: Mapped[str | None] = mapped_column(Text)
+    auth_kind: Mapped[str | None] = mapped_column(String(16))    # basic | bearer
+    credential: Mapped[str | None] = mapped_column(Text)   # the Authorization header's value, sealed; write-only
+    __table_args__ = (CheckConstraint("auth_kind in ('basic', 'bearer')", name="am_auth_kind"),)
 
 
 class AlertmanagerAlert(Base):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import string
@@ -185,7 +186,33 @@ class AlertmanagerSettings(BaseModel):
         return self
 
 
-class AlertmanagerCreate(Strict):
+class BasicAuth(Strict):
+    username: str = Field(min_length=1, max_length=256, pattern=r"^[^:]*$")
+    password: SecretStr = Field(min_length=1, max_length=1024)
+
+
+class _AlertmanagerAuth(Strict):
+    basic_auth: BasicAuth | None = Field(default=None, description="write-only: stored sealed, never returned")
+    bearer_token: SecretStr | None = Field(default=None, min_length=1, max_length=4096,
+                                           description="write-only: stored sealed, never returned")
+
+    @model_validator(mode="after")
+    def _one_auth(self) -> _AlertmanagerAuth:
+        if self.basic_auth is not None and self.bearer_token is not None:
+            raise ValueError("give basic_auth or bearer_token, not both")
+        return self
+
+    def authorization(self) -> tuple[str, str] | None:
+        """(auth_kind, the Authorization header's value), or None when neither is given."""
+        if self.basic_auth is not None:
+            pair = f"{self.basic_auth.username}:{self.basic_auth.password.get_secret_value()}"
+            return "basic", "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+        if self.bearer_token is not None:
+            return "bearer", "Bearer " + self.bearer_token.get_secret_value()
+        return None
+
+
+class AlertmanagerCreate(_AlertmanagerAuth):
     name: str = Field(min_length=1, max_length=128)
     url: str = Field(min_length=8, max_length=2048,
                      description="base URL, e.g. http://alertmanager:9093 (with its route prefix if any)")
@@ -193,11 +220,12 @@ class AlertmanagerCreate(Strict):
     enabled: bool = True
 
 
-class AlertmanagerUpdate(Strict):
+class AlertmanagerUpdate(_AlertmanagerAuth):
     name: str | None = Field(default=None, min_length=1, max_length=128)
     url: str | None = Field(default=None, min_length=8, max_length=2048)
     filters: Filters | None = None
     enabled: bool | None = None
+    clear_auth: bool = Field(default=False, description="send no Authorization header any more")
 
 
 class AlertmanagerRead(BaseModel):
@@ -206,6 +234,8 @@ class AlertmanagerRead(BaseModel):
     url: str
     filters: Filters
     enabled: bool
+    auth: Literal["none", "basic", "bearer"] = Field(description="how fabricwatch authenticates (the credential is "
+                                                                 "never returned)")
     created_by: str
     created_at: datetime
     updated_at: datetime
@@ -213,7 +243,8 @@ class AlertmanagerRead(BaseModel):
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> AlertmanagerRead:
         return cls(id=row["id"], name=row["name"], url=row["url"], filters=Filters(**(row["filters"] or {})),
-                   enabled=row["enabled"], created_by=row["created_by"], created_at=row["created_at"],
+                   enabled=row["enabled"], auth=row["auth_kind"] or "none", created_by=row["created_by"],
+                   created_at=row["created_at"],
                    updated_at=row["updated_at"])
 
 

@@ -106,7 +106,8 @@ class Sealer:
             return None
         return PREFIX + self._keys().encrypt(value.encode()).decode("ascii")
 
-    def open(self, stored: str | None, *, what: str = "secret", subscription: str = "?") -> str | None:
+    def open(self, stored: str | None, *, what: str = "secret", subscription: str = "?",
+             owner: str = "webhook subscription") -> str | None:
         """The plaintext of a stored value (a plaintext one from before sealing passes through)."""
         if not is_sealed(stored):
             return stored
@@ -115,10 +116,11 @@ class Sealer:
         try:
             return keys.decrypt(stored[len(PREFIX):].encode()).decode()
         except InvalidToken:
-            raise SealError(f"the {what} of webhook subscription {subscription!r} was sealed with a key that "
+            raise SealError(f"the {what} of {owner} {subscription!r} was sealed with a key that "
                             f"is not in {self.source}; put that key after the new one") from None
 
-    def reseal(self, stored: str | None, *, what: str = "secret", subscription: str = "?") -> str | None:
+    def reseal(self, stored: str | None, *, what: str = "secret", subscription: str = "?",
+               owner: str = "webhook subscription") -> str | None:
         """Sealed again with the first key (a plaintext value is sealed for the first time)."""
         if stored is None:
             return None
@@ -127,7 +129,7 @@ class Sealer:
         try:
             return PREFIX + self._keys().rotate(stored[len(PREFIX):].encode()).decode("ascii")
         except InvalidToken:
-            raise SealError(f"the {what} of webhook subscription {subscription!r} was sealed with a key that "
+            raise SealError(f"the {what} of {owner} {subscription!r} was sealed with a key that "
                             f"is not in {self.source}") from None
 
 
@@ -172,3 +174,27 @@ def reseal_subscriptions(conn: Connection, sealer: Sealer, *, plaintext_only: bo
         conn.execute(update(subs).where(subs.c.id == bindparam("b_id"))
                      .values(secret=bindparam("secret"), routing_key=bindparam("routing_key")), updates)
     return Resealed(len(updates), plaintext)
+
+
+def reseal_alertmanagers(conn: Connection, sealer: Sealer) -> int:
+    """Seal every Alertmanager destination's credential again with the first key, in the caller's transaction;
+    SealError naming every destination no key opens, before anything is written."""
+    from service.notify.models import AlertmanagerDestination
+
+    dests = AlertmanagerDestination.__table__
+    rows = conn.execute(select(dests.c.id, dests.c.name, dests.c.credential)
+                        .where(dests.c.credential.is_not(None)).order_by(dests.c.id).with_for_update()).all()
+    updates, failed = [], []
+    for row in rows:
+        try:
+            updates.append({"b_id": row.id, "credential": sealer.reseal(
+                row.credential, what="credential", subscription=row.name, owner="Alertmanager destination")})
+        except SealError:
+            failed.append(row.name)
+    if failed:
+        raise SealError(f"no key in {sealer.source} opens the credentials of Alertmanager destination(s) "
+                        f"{', '.join(repr(n) for n in failed)}; put the key they were sealed with after the new one")
+    if updates:
+        conn.execute(update(dests).where(dests.c.id == bindparam("b_id"))
+                     .values(credential=bindparam("credential")), updates)
+    return len(updates)

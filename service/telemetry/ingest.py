@@ -1028,3 +1028,12 @@ def _stage_tables(cur: psycopg.Cursor[Any]) -> None:
     for ddl in _STAGE_DDL:
         cur.execute(ddl)
 
+
+
+def resolve_series(conn: psycopg.Connection[Any], keys: list[SeriesKey]) -> tuple[np.ndarray, dict[int, str]]:
+    """Series ids for canonical keys, in order, creating the missing series as an ingest does (their
+    devices and ports must exist); and, by position, why a key has none. For writers that store
+    samples another way than through `Ingestor` (the simulator's chunk writer)."""
+    found = _Resolver(conn).resolve(keys, {})
+    return found.sids, {i: f"unknown {why} {label}" if why != "invalid" else label
+                        for i, (why, label) in found.rejected.items()}

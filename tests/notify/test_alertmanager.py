@@ -371,3 +371,109 @@ def test_recording_a_delivery_never_deadlocks_with_a_cycle_that_changes_its_aler
         assert len(rows) == 2 and all(r.sent_version == r.version for r in rows)
     finally:
         slow.stop()
+
+
+AM_USER, AM_PASSWORD = "fabricwatch", "am-test-password-4711"
+AM_HASH = "$2b$04$dk8n4JprkNRA2RQI5SXSCOmj1VyNbNxFpLzz72nT1rXu0gu8JCE76"   # bcrypt of AM_PASSWORD, cost 4
+
+
+def test_an_alertmanager_behind_basic_auth_gets_alerts_with_a_sealed_credential_never_shown(
+        db: Engine, db_url: str, tmp_path: Path, hook: Receiver, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from fastapi.testclient import TestClient
+
+    from tests.alerts.test_api import make_app
+
+    require_alertmanager()
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("FABRICWATCH_WEBHOOK_ALLOW", "127.0.0.1/32")
+    locked = Alertmanager(tmp_path, hook.url + "/am", basic_auth=(AM_USER, AM_PASSWORD, AM_HASH)).start()
+    try:
+        cycle(db, [finding()], 0)
+        with TestClient(make_app(db_url, auth_required=False)) as client:
+            made = client.post("/api/v1/alertmanagers", json={"name": "locked", "url": locked.url}).json()
+            assert made["auth"] == "none"
+            assert push(db)["failed"] == 1   # Alertmanager's own basic auth refuses it
+            (st,) = client.get("/api/v1/notify").json()["alertmanagers"]
+            assert st["state"] == "failing" and st["last_status_code"] == 401
+
+            both = client.patch(f"/api/v1/alertmanagers/{made['id']}", json={
+                "basic_auth": {"username": AM_USER, "password": AM_PASSWORD}, "bearer_token": "x"})
+            assert both.status_code == 422
+            r = client.patch(f"/api/v1/alertmanagers/{made['id']}",
+                             json={"basic_auth": {"username": AM_USER, "password": AM_PASSWORD}})
+            assert r.status_code == 200 and r.json()["auth"] == "basic" and AM_PASSWORD not in r.text
+            with db.begin() as conn:   # the backoff is over
+                conn.execute(text("UPDATE alertmanager_destinations SET retry_at = NULL"))
+            assert push(db)["delivered"] == 1
+            assert [a["labels"]["device"] for a in locked.alerts()] == ["leaf-01"]
+            assert client.get("/api/v1/notify").json()["alertmanagers"][0]["state"] == "ok"
+            listed = client.get("/api/v1/alertmanagers").text
+            assert AM_PASSWORD not in listed and "credential" not in listed
+            with db.connect() as conn:
+                stored = conn.execute(text("SELECT credential FROM alertmanager_destinations")).scalar_one()
+            assert stored.startswith("fernet:") and AM_PASSWORD not in stored
+
+            cleared = client.patch(f"/api/v1/alertmanagers/{made['id']}", json={"clear_auth": True})
+            assert cleared.json()["auth"] == "none"
+            with db.connect() as conn:
+                assert conn.execute(text("SELECT credential FROM alertmanager_destinations")).scalar() is None
+    finally:
+        locked.stop()
+    assert AM_PASSWORD not in caplog.text
+
+
+def test_a_bearer_token_is_sent_and_without_a_secrets_key_none_is_stored(
+        db: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastapi.testclient import TestClient
+
+    from service.config import get_settings
+    from tests.alerts.test_api import make_app
+
+    proxy = Receiver().start()   # a proxy in front of an Alertmanager that wants a bearer token
+    try:
+        with db.begin() as conn:
+            create_destination(conn=conn, name="proxied", url=proxy.url, filters={}, enabled=True, created_by="t",
+                               auth=("bearer", "Bearer tok-0123456789"), settings=FAST)
+        cycle(db, [finding()], 0)
+        assert push(db)["delivered"] == 1
+        (req,) = proxy.bodies("/api/v2/alerts")
+        assert req.headers["authorization"] == "Bearer tok-0123456789"
+    finally:
+        proxy.stop()
+
+    monkeypatch.setenv("FABRICWATCH_WEBHOOK_ALLOW", "127.0.0.1/32")
+    monkeypatch.delenv("FABRICWATCH_SECRETS_KEY")
+    get_settings.cache_clear()
+    with TestClient(make_app(db_url, auth_required=False)) as client:
+        r = client.post("/api/v1/alertmanagers", json={"name": "x", "url": "http://127.0.0.1:9093",
+                                                       "bearer_token": "tok-0123456789"})
+        assert r.status_code == 503 and "FABRICWATCH_SECRETS_KEY" in r.json()["detail"]
+        assert [d["name"] for d in client.get("/api/v1/alertmanagers").json()] == ["proxied"]
+        # A sealed credential that cannot be opened now: nothing is sent, and the status says why.
+        with db.begin() as conn:   # the re-send is due
+            conn.execute(text("UPDATE alertmanager_outbox SET next_attempt_at = now()"))
+        assert push(db)["failed"] == 1
+        (st,) = client.get("/api/v1/notify").json()["alertmanagers"]
+        assert st["state"] == "failing" and "FABRICWATCH_SECRETS_KEY" in st["last_error"]
+
+
+def test_rotate_reseals_alertmanager_credentials(db: Engine) -> None:
+    from cryptography.fernet import Fernet, MultiFernet
+
+    from service.notify.sealing import Sealer, SealError, reseal_alertmanagers
+
+    old, new = Fernet.generate_key(), Fernet.generate_key()
+    with db.begin() as conn:
+        conn.execute(text("INSERT INTO alertmanager_destinations (name, url, created_by, auth_kind, credential) "
+                          "VALUES ('am', 'http://127.0.0.1:9093', 't', 'bearer', :a)"),
+                     {"a": Sealer(MultiFernet([Fernet(old)])).seal("Bearer tok")})
+    with pytest.raises(SealError, match="Alertmanager destination"), db.begin() as conn:
+        reseal_alertmanagers(conn, Sealer(MultiFernet([Fernet(new)])))   # the old key is missing: nothing written
+    with db.begin() as conn:
+        assert reseal_alertmanagers(conn, Sealer(MultiFernet([Fernet(new), Fernet(old)]))) == 1
+    with db.connect() as conn:
+        stored = conn.execute(text("SELECT credential FROM alertmanager_destinations")).scalar_one()
+    assert Sealer(MultiFernet([Fernet(new)])).open(stored) == "Bearer tok"
