@@ -1,0 +1,127 @@
+"""Reading stored history forward for a replay: each sample once, in time order, a span at a time.
+
+A live cycle reads the samples of (watermark, T - lateness] with one `read_samples` query. A backtest
+runs the same cycles over a week of history: one query per cycle would decode a day's import block or
+compressed chunk of every series for every minute of it. `HistoryReader` instead reads the history in
+spans (by default one UTC day: import blocks and compressed chunks never cross midnight, so each is
+decoded once) with the store's one reader (service/telemetry/store.py), orders them by time as a live
+read does, and hands each cycle the same (lo, hi] slice a live read of that range would have returned,
+grouped by metric the same way. The engine state it feeds is the live one; only the reading differs.
+
+Memory: one span of samples (about 24 bytes each, plus the detection metrics' share of a day's rows).
+
+One difference from live, for duplicated samples only: a span's read keeps one sample per (series,
+time) whenever the span has compressed chunks, where a live cycle over rows alone would keep both
+copies of a re-imported sample (see `sample_store.read_samples`).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import numpy as np
+from sqlalchemy import Connection
+
+from service.detection.state import USED_METRICS, Fabric
+from service.telemetry import store as sample_store
+
+if TYPE_CHECKING:
+    from service.detection.service import SeriesIndex
+
+DAY_MS = 86_400_000
+
+Batch = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def _dt_us(us: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
+
+
+def group_by_metric(sx: SeriesIndex, sid: np.ndarray, ts_ms: np.ndarray, val: np.ndarray) -> Batch:
+    """Samples (in time order) of the metrics detection uses, per metric: (entity, time ms, value)."""
+    m = sx.metric_of[sid]
+    out: Batch = {}
+    for code in np.unique(m[m >= 0]).tolist():
+        sel = m == code
+        out[USED_METRICS[code]] = (sx.entity_of[sid[sel]], ts_ms[sel], val[sel])
+    return out
+
+
+class HistoryReader:
+    """Forward-only reads of (lo, hi] ranges of stored samples, served from spans read in bulk.
+
+    `read(lo, hi)` returns what `service.read_samples(conn, fabric, sx, lo, hi)` returns for that range:
+    the detection metrics' samples with lo < ts_ms <= hi, in time order (series id within a time),
+    grouped per metric, and the series index (reloaded when a sample names a series newer than it).
+    Each call's `lo` must not be before the previous call's `hi`; with `until_ms`, no span is read past
+    that time (a read past it still gets its samples, a span at a time).
+    """
+
+    def __init__(self, conn: Connection, fabric: Fabric, span_ms: int = DAY_MS, until_ms: int | None = None) -> None:
+        if span_ms <= 0:
+            raise ValueError("span must be positive")
+        self.conn, self.fabric, self.span_ms = conn, fabric, span_ms
+        # the last `hi` the replay will ask for: no span reads past it
+        self._until_us = until_ms * 1000 + 1 if until_ms is not None else None
+        self.samples_read = 0  # stored samples read (all metrics), for the replay benchmark
+        self.spans_read = 0
+        self._end_us: int | None = None  # the buffer holds every stored sample of [start, end)
+        self._sid = np.empty(0, np.int64)
+        self._ts_us = np.empty(0, np.int64)
+        self._val = np.empty(0, np.float64)
+        self._at = 0  # the buffer before this index has been handed out or skipped
+        self._last_hi: int | None = None
+
+    def _span_end(self, start_us: int) -> int:
+        """The next span boundary after `start_us`: `span_ms` steps from UTC midnight, never past it."""
+        start_ms = start_us // 1000
+        day = start_ms - start_ms % DAY_MS
+        k = (start_ms - day) // self.span_ms + 1
+        end = min(day + k * self.span_ms, day + DAY_MS) * 1000
+        return min(end, self._until_us) if self._until_us is not None and start_us < self._until_us else end
+
+    def _load(self, start_us: int, need_us: int) -> None:
+        """Read spans from `start_us` until the buffer reaches `need_us` (exclusive)."""
+        sids, times, vals = [self._sid[self._at:]], [self._ts_us[self._at:]], [self._val[self._at:]]
+        end = start_us
+        while end < need_us:
+            nxt = self._span_end(end)
+            got = sample_store.read_samples(self.conn, _dt_us(end), _dt_us(nxt - 1))
+            self.samples_read += len(got)
+            self.spans_read += 1
+            if len(got):
+                order = np.argsort(got.ts_us, kind="stable")  # by time, series within a time (as live orders)
+                sids.append(got.sid[order])
+                times.append(got.ts_us[order])
+                vals.append(got.value[order])
+            end = nxt
+        self._sid, self._ts_us, self._val = np.concatenate(sids), np.concatenate(times), np.concatenate(vals)
+        self._at, self._end_us = 0, end
+
+    def read(self, lo_ms: int, hi_ms: int, sx: SeriesIndex) -> tuple[Batch, SeriesIndex]:
+        if self._last_hi is not None and lo_ms < self._last_hi:
+            raise ValueError(f"replay reads go forward: ({lo_ms}, {hi_ms}] starts before {self._last_hi}")
+        self._last_hi = hi_ms
+        # a live read takes ts in [lo, hi] (microseconds) and keeps ts_ms > lo
+        first_us, stop_us = (lo_ms + 1) * 1000, hi_ms * 1000 + 1
+        if stop_us <= first_us:
+            return {}, sx
+        if self._end_us is None or first_us > self._end_us:
+            self._sid, self._ts_us, self._val, self._at = self._sid[:0], self._ts_us[:0], self._val[:0], 0
+            self._load(first_us, stop_us)
+        elif stop_us > self._end_us:
+            self._load(self._end_us, stop_us)
+        ts = self._ts_us
+        i = self._at + int(np.searchsorted(ts[self._at:], first_us, "left"))
+        j = i + int(np.searchsorted(ts[i:], stop_us, "left"))
+        self._at = j
+        if i == j:
+            return {}, sx
+        sid = self._sid[i:j]
+        if sid.max() > sx.max_id:
+            from service.detection.service import load_series
+
+            sx = load_series(self.conn, self.fabric, sx)
+        known = sid <= sx.max_id
+        return group_by_metric(sx, sid[known], ts[i:j][known] // 1000, self._val[i:j][known]), sx
