@@ -26,6 +26,7 @@ from sqlalchemy import Connection, Engine
 
 from service.telemetry import remote_write_columns as columns
 from service.telemetry.exporters import Mapper, MapResult
+from service.telemetry.exporters.mapper import SeriesKey
 from service.telemetry.ingest import _MAX_TS_MS, _MIN_TS_MS, Ingestor, IngestReport, timestamp_problem
 from service.telemetry.promtext import PromBlock
 from service.telemetry.remote_write_pb2 import Label, LabelSet, RawWriteRequest
@@ -189,13 +190,20 @@ class Totals:
 MAPPER = Mapper()
 
 
-def _store(conn: Connection, mapped: MapResult, batch_rows: int) -> IngestReport:
-    """Store mapped rows in the caller's transaction. Rows of series without a counter width go the way
-    of the text import (one block of columns, series resolved by their exposition text, which this
-    process remembers between requests); rows with one (SNMP Counter32, saturating IB counters) go
-    sample by sample, so a new series is created with its width."""
+def _store(conn: Connection, mapped: MapResult, batch_rows: int, mapper: Mapper
+           ) -> tuple[IngestReport, list[SeriesKey]]:
+    """Store mapped rows in the caller's transaction. Rows go the way of the text import (one block of
+    columns, series resolved by their exposition text, which this process remembers between requests),
+    except rows of series with a counter width (SNMP Counter32, saturating IB counters) not yet stored
+    by this process: those go sample by sample, so a new series is created with its width. Returns the
+    report and those series, for the mapper to note once the transaction commits."""
     ingestor = Ingestor(conn, batch_rows=batch_rows)
-    plain = [r for r in mapped.rows if r.counter_bits is None and not r.saturating]
+    plain, widths = [], []
+    for r in mapped.rows:
+        if (r.counter_bits is None and not r.saturating) or mapper.width_known(r.key):
+            plain.append(r)
+        else:
+            widths.append(r)
     texts: list[str] = []
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     if mapped.block is not None:
@@ -212,12 +220,13 @@ def _store(conn: Connection, mapped: MapResult, batch_rows: int) -> IngestReport
         codes, ts, values = (np.concatenate(c) for c in zip(*parts, strict=True))
         block = PromBlock(first_line=1, texts=texts, codes=codes, values=values, ts_ms=ts)
         ingestor.add_prom_blocks([block], 0, source="remote write")
-    for r in mapped.rows:
-        if r.counter_bits is not None or r.saturating:
-            metric, device, port, lane, prio, gpu = r.key
-            for t, v in r.points:
-                ingestor.add(Sample(metric, v, t, device, port, lane, prio, gpu, r.counter_bits, r.saturating))
-    return ingestor.finish()
+    for r in widths:
+        metric, device, port, lane, prio, gpu = r.key
+        for t, v in r.points:
+            ingestor.add(Sample(metric, v, t, device, port, lane, prio, gpu, r.counter_bits, r.saturating))
+    return ingestor.finish(), [r.key for r in widths]
+
+
 TOTALS = Totals()
 
 
@@ -248,7 +257,7 @@ def write(engine: Engine, raw: bytes, req: RawWriteRequest | None = None, *, bat
         _check_ts(cols.ts_ms, lambda at: dict(labels_of_set(cols.keys[int(who[at])])).get("__name__", "?"))
         with engine.begin() as conn:
             mapped = mapper.map_columns(conn, cols.keys, cols.counts, cols.ts_ms, cols.values, labels_of_set)
-            stored = _store(conn, mapped, batch_rows)
+            stored, widths = _store(conn, mapped, batch_rows, mapper)
     else:  # another layout (exemplars, histograms, field order): message by message
         series = []
         for ts in req.timeseries:
@@ -260,7 +269,8 @@ def write(engine: Engine, raw: bytes, req: RawWriteRequest | None = None, *, bat
             series.append((key, samples))
         with engine.begin() as conn:
             mapped = mapper.map_keyed(conn, series, labels)
-            stored = _store(conn, mapped, batch_rows)
+            stored, widths = _store(conn, mapped, batch_rows, mapper)
+    mapper.widths_stored(widths)  # committed
     report = WriteReport(mapped, stored, histograms)
     REMOTE_WRITE_SAMPLES.labels("stored").inc(stored.written)
     REMOTE_WRITE_SAMPLES.labels("duplicate").inc(stored.duplicates)

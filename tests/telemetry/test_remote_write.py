@@ -111,6 +111,15 @@ def test_mapped_series_are_stored_the_rest_counted(client: TestClient, db: Engin
     r = client.post("/api/v1/write", content=body(req), headers=HEADERS)
     assert r.status_code == 204 and r.headers["x-fabricwatch-duplicates"] == "5"
     assert _count(db) == 5
+    # the next scrape: series with a counter width, now known, take the block way and keep their width
+    nxt = request(({"__name__": "node_infiniband_port_transmit_wait_total", "device": "mlx5_0", "port": "1",
+                    **NODE}, [(TS + 30_000, 9.0)]),
+                  ({"__name__": "ifHCInOctets", "ifName": "Ethernet1/1", "ifIndex": "1", "instance": "10.0.0.2"},
+                   [(TS + 30_000, 150.0)]))
+    assert client.post("/api/v1/write", content=body(nxt), headers=HEADERS).headers["x-fabricwatch-written"] == "2"
+    assert _count(db, "SELECT count(*) FROM series") == 4
+    assert _count(db, "SELECT count(*) FROM series WHERE (metric, counter_bits, saturating) IN "
+                      "(('port_xmit_wait_ticks_total', 32, true), ('port_rx_bytes_total', 64, false))") == 2
 
 
 def _refused(client: TestClient, db: Engine, content: bytes, headers: dict[str, str], status: int) -> str:

@@ -158,6 +158,9 @@ class Mapper:
         self._cache: dict[LabelPairs, _Target | Unmapped] = {}
         self._best_rank: dict[SeriesKey, int] = {}
         self._parts: dict[SeriesKey, int] = {}  # most parts seen at one timestamp for a summed series
+        # series with a counter width that a committed write created or found: their width is in the
+        # database, so their readings may go the block way, which carries none
+        self._widths: set[SeriesKey] = set()
 
     def index(self, conn: Connection, now: float) -> InventoryIndex:
         with self._lock:
@@ -167,6 +170,7 @@ class Mapper:
                 self._cache.clear()
                 self._best_rank.clear()
                 self._parts.clear()
+                self._widths.clear()
             if now - self._checked > _INDEX_CHECK_S:
                 self._checked = now
             return idx
@@ -179,6 +183,18 @@ class Mapper:
             self._cache.clear()
             self._best_rank.clear()
             self._parts.clear()
+            self._widths.clear()
+
+    def width_known(self, key: SeriesKey) -> bool:
+        """Whether a committed write stored this series (with its counter width) since the inventory loaded."""
+        return key in self._widths
+
+    def widths_stored(self, keys: Iterable[SeriesKey]) -> None:
+        """Note series with a counter width that a write has just committed."""
+        with self._lock:
+            if len(self._widths) > _CACHE_LIMIT:
+                self._widths.clear()
+            self._widths.update(keys)
 
     def _target(self, idx: InventoryIndex, key: Hashable,
                 decode: Callable[[Any], LabelPairs] | None = None) -> _Target | Unmapped:
@@ -286,7 +302,7 @@ class Mapper:
                 m = t.m  # type: ignore[union-attr]
                 key = t.key  # type: ignore[union-attr]
                 if (seen[key] > 1 or m.component is not None or m.value_fn is not None or m.scale != 1.0
-                        or m.counter_bits is not None or m.saturating):
+                        or ((m.counter_bits is not None or m.saturating) and key not in self._widths)):
                     slow.append(i)
                     continue
                 best = best_rank.get(key)
