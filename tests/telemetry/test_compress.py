@@ -11,8 +11,11 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
+import pytest
+from celery import Celery
 from sqlalchemy import Engine, text
 
+from service.config import get_settings
 from service.db import session_scope
 from service.inventory.service import upsert_inventory
 from service.kpis.service import Scope, fabric_kpis
@@ -22,6 +25,8 @@ from service.telemetry.rollups import L5M, compute_chunk
 from service.telemetry.samples import Sample
 from service.telemetry.service import ingest_samples, query_series
 from service.telemetry.store import read_samples
+from service.telemetry.tasks import compress_samples
+from service.worker import configure
 from simulator.scenarios import Scenario
 from simulator.telemetry import simulate
 from simulator.topology import TopologyParams, build_topology
@@ -198,3 +203,17 @@ def test_kpis_rollups_and_grafana_read_compressed_hours(db: Engine) -> None:
         stand_ins = conn.execute(text("SELECT count(*) FROM samples_between(:lo, :hi)"), {"lo": T0, "hi": hi}).scalar()
         in_range = conn.execute(text("SELECT count(*) FROM rollup_5m WHERE last_ts <= :hi"), {"hi": hi}).scalar()
     assert stand_ins == in_range > 0
+
+
+def test_the_beat_task_compresses_with_the_settings(db: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`compress_samples` is on beat's schedule at FABRICWATCH_COMPRESS_INTERVAL_S and uses the hot window
+    setting: with 0 s, everything before the current hour moves."""
+    monkeypatch.setenv("FABRICWATCH_DATABASE_URL", db_url)
+    monkeypatch.setenv("FABRICWATCH_COMPRESS_AFTER_S", "0")
+    monkeypatch.setenv("FABRICWATCH_COMPRESS_INTERVAL_S", "120")
+    app = configure(Celery("t"), get_settings())
+    assert app.conf.beat_schedule["compress-samples"] == {"task": "fabricwatch.compress_samples", "schedule": 120.0}
+    _seed(db)
+    got = compress_samples.apply().get()
+    assert got["complete"] and got["samples"] == len(_all(db)) and got["chunks"] > 0
+    assert _count(db, "SELECT count(*) FROM sample_rows") == 0
