@@ -10,6 +10,10 @@ need_apt=()
 command -v snmpd >/dev/null || need_apt+=(snmpd)
 command -v snmpbulkwalk >/dev/null || need_apt+=(snmp)
 command -v chromium >/dev/null || need_apt+=(chromium)
+# remote write is tested against the real Prometheus and exporters (tests/telemetry/test_remote_write_live.py)
+for pkg in prometheus prometheus-node-exporter prometheus-snmp-exporter; do
+  command -v "$pkg" >/dev/null || need_apt+=("$pkg")
+done
 python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3-venv)
 if ((${#need_apt[@]})); then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
