@@ -4,17 +4,26 @@ cycles reading their own windows find, over history that is part compressed chun
 
 from __future__ import annotations
 
+import io
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session
 
 import service.telemetry.store as sample_store
-from service.detection.replay import HistoryReader
+from service.detection.replay import HistoryReader, read_span
 from service.detection.service import backtest, load_fabric, load_series
 from service.detection.state import Config
+from service.inventory.schemas import Inventory
+from service.inventory.service import upsert_inventory
 from service.telemetry.compress import run_compression
-from tests.detection.test_live import SPEC, T0, _load
+from service.telemetry.service import import_prometheus, ingest_samples
+from simulator.generate import BlockText, write_frame
+from simulator.scenarios import Scenario
+from simulator.telemetry import frame_samples, make_sim, resolve_inventory, timeline
+from tests.detection.test_live import SPEC, STEP, T0
 
 START = int(T0 * 1000)
 MINUTES = 75
@@ -26,8 +35,9 @@ def _findings(fs: list) -> list[dict]:
 
 @pytest.fixture()
 def history(db: Engine) -> Engine:
-    """75 minutes of the small faulty fabric; its first hour compressed into chunks, the rest rows."""
-    _load(db, SPEC, MINUTES)
+    """75 minutes of the small faulty fabric, imported then polled; its first hour compressed into chunks,
+    the rest rows."""
+    _imported_then_polled(db, 40, MINUTES)
     run = run_compression(db, now=datetime.fromtimestamp(T0, UTC) + timedelta(hours=2), hot_s=3600)
     assert run.complete and run.samples > 0
     return db
@@ -39,15 +49,17 @@ def test_backtest_streams_history_once_and_finds_what_per_window_reads_find(
     checks live cycles against a backtest over rows); here the history is mostly chunks."""
     cfg = Config()
     times = list(range(START + 30 * 60_000, START + MINUTES * 60_000 + 1, 60_000))
-    real = sample_store.read_samples
     reads: list[tuple[datetime, datetime, int]] = []
 
-    def spy(conn, lo, hi, series_ids=None):  # type: ignore[no-untyped-def]
-        got = real(conn, lo, hi, series_ids)
-        reads.append((lo, hi, len(got)))
-        return got
+    def spy(real):  # type: ignore[no-untyped-def]
+        def read(conn, lo, hi, *args):  # type: ignore[no-untyped-def]
+            got = real(conn, lo, hi, *args)
+            reads.append((lo, hi, len(got)))
+            return got
+        return read
 
-    monkeypatch.setattr(sample_store, "read_samples", spy)
+    monkeypatch.setattr(sample_store, "read_samples", spy(sample_store.read_samples))  # a cycle's window
+    monkeypatch.setattr("service.detection.replay.read_span", spy(read_span))  # a span of history
     # the default span (a UTC day), and 7-minute spans whose edges fall between and on cycle times
     day = backtest(history, times[0], times[-1], 60_000, config=cfg)
     day_reads, reads[:] = list(reads), []
@@ -73,8 +85,9 @@ def test_backtest_streams_history_once_and_finds_what_per_window_reads_find(
     assert sum(n for *_, n in short_reads) == stored
 
 
-def test_history_reader_refuses_to_go_back_and_a_bad_span(history: Engine) -> None:
-    with history.connect() as conn:
+def test_history_reader_refuses_to_go_back_and_a_bad_span(db: Engine) -> None:
+    _imported_then_polled(db, 12, 20)
+    with db.connect() as conn:
         fabric = load_fabric(conn)
         sx = load_series(conn, fabric)
         with pytest.raises(ValueError, match="span must be positive"):
@@ -84,3 +97,51 @@ def test_history_reader_refuses_to_go_back_and_a_bad_span(history: Engine) -> No
         assert got and all(len(e) == len(ts) for e, ts, _ in got.values())
         with pytest.raises(ValueError, match="go forward"):
             reader.read(START + 5 * 60_000, START + 30 * 60_000, sx)
+
+
+def _imported_then_polled(db: Engine, imported_min: int, minutes: int) -> None:
+    """The faulty fabric's first minutes imported as Prometheus text (import blocks), the rest ingested
+    poll by poll (rows)."""
+    sc = Scenario.model_validate({"name": "t", **SPEC})
+    inv = resolve_inventory(sc.inventory_source())
+    with Session(db) as s:
+        upsert_inventory(session=s, inventory=Inventory.model_validate(inv))
+        s.commit()
+    sim = make_sim(inv, sc, T0)
+    texts = {b.metric: BlockText(b, sim.m) for b in sim.blocks}
+    buf, polled = io.StringIO(), []
+    for t in timeline(T0, T0 + minutes * 60, STEP):
+        frame = sim.step(t, STEP)
+        if t < T0 + imported_min * 60:
+            write_frame(sim, texts, frame, buf)
+        else:
+            polled += list(frame_samples(sim, frame))
+    import_prometheus(engine=db, chunks=[buf.getvalue().encode()], source="history")
+    ingest_samples(engine=db, samples=polled)
+
+
+def _same(a: sample_store.Samples, b: sample_store.Samples) -> bool:
+    return (np.array_equal(a.sid, b.sid) and np.array_equal(a.ts_us, b.ts_us)
+            and np.array_equal(a.value, b.value))
+
+
+def test_span_reads_equal_the_store_reader_over_blocks_rows_and_chunks(db: Engine) -> None:
+    _imported_then_polled(db, 12, 20)
+    t0 = datetime.fromtimestamp(T0, UTC)
+    ranges = [(t0 - timedelta(days=1), t0 + timedelta(days=1)),                      # everything: blocks whole
+              (t0 + timedelta(minutes=5, seconds=30), t0 + timedelta(minutes=15)),  # a block cut, and rows
+              (t0 + timedelta(minutes=2), t0 + timedelta(minutes=8)),               # inside the blocks
+              (t0 + timedelta(minutes=15), t0 + timedelta(minutes=15)),             # one instant
+              (t0 + timedelta(hours=3), t0 + timedelta(hours=4))]                   # nothing
+    with db.connect() as conn:
+        blocks = conn.execute(text("SELECT count(*) FROM sample_blocks")).scalar_one()
+        assert blocks > 0 and conn.execute(text("SELECT count(*) FROM sample_rows")).scalar_one() > 0
+        for lo, hi in ranges:
+            want = sample_store.read_samples(conn, lo, hi)
+            assert _same(read_span(conn, lo, hi), want), (lo, hi)
+        assert len(read_span(conn, *ranges[0])) > len(read_span(conn, *ranges[1])) > 0
+    run_compression(db, now=t0 + timedelta(hours=2), hot_s=3600)  # blocks and rows: chunks
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM sample_chunks")).scalar_one() > 0
+        for lo, hi in ranges:
+            assert _same(read_span(conn, lo, hi), sample_store.read_samples(conn, lo, hi)), (lo, hi)
