@@ -10,9 +10,9 @@ grouped by metric the same way. The engine state it feeds is the live one; only 
 
 Memory: one span of samples (about 24 bytes each, plus the detection metrics' share of a day's rows).
 
-One difference from live, for duplicated samples only: a span's read keeps one sample per (series,
-time) whenever the span has compressed chunks, where a live cycle over rows alone would keep both
-copies of a re-imported sample (see `sample_store.read_samples`).
+A span's read keeps one sample per (series, time) whenever the span has compressed chunks, where a live
+cycle over rows alone may hand over both copies of a re-imported sample (`sample_store.read_samples`);
+`observe` ignores a sample not newer than its entity's newest, so the state is the same either way.
 """
 
 from __future__ import annotations
