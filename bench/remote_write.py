@@ -12,6 +12,12 @@ ports, 40 series a port (counters, state, optics per lane): 409,600 samples an i
    sample each, snappy-compressed, built before the clock starts) through the receiver's code
    (`decompress`, `decode`, `write`: the exporter mapper, then the same Ingestor), one transaction each.
 3. VictoriaMetrics (Debian victoria-metrics) receiving the same compressed bodies over HTTP.
+4. remote write of what exporters would send for the same fabric, mapped: per host port node_exporter's
+   netdev and InfiniBand counters (`node_network_*`, `node_infiniband_*`: 32-bit saturating widths),
+   per host 8 GPUs of dcgm-exporter fields, per switch port snmp_exporter's if_mib objects (64-bit
+   widths, ifOperStatus converted) and the DOM sensors of its optic; plus as many series that map to
+   nothing (node_cpu_*, go_*): a Prometheus that forwards everything. Fewer catalogue samples than the
+   mix, so its rate is compared per CPU-second, not per stream.
 
 Each path has its own fresh database; the first interval (series creation) is reported apart from the
 steady state (intervals 2..N). Rates are samples per CPU-second of the ingesting process (this
@@ -35,6 +41,7 @@ from pathlib import Path
 import cramjam
 import httpx
 import psutil
+import psycopg
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
@@ -73,6 +80,55 @@ def bodies(all_series: list[tuple[tuple[tuple[str, str], ...], float]], ts: int)
             t.samples.add(timestamp=ts, value=value)
         out.append(bytes(cramjam.snappy.compress_raw(req.SerializeToString())))
     return out
+
+
+def exporter_series(devices: list[tuple[str, str, int]]) -> list[tuple[tuple[tuple[str, str], ...], float]]:
+    """What node_exporter, dcgm-exporter and snmp_exporter would expose for the fabric (see the module doc)."""
+    out: list[tuple[tuple[tuple[str, str], ...], float]] = []
+
+    def add(name: str, value: float, **labels: str) -> None:
+        out.append((tuple(sorted([("__name__", name), *labels.items()])), value))
+
+    for d, (name, role, ports) in enumerate(devices):
+        if role == "host":
+            inst = f"{name}:9100"
+            for p in range(ports):
+                for m in ("receive_bytes_total", "transmit_bytes_total", "receive_packets_total",
+                          "transmit_packets_total", "receive_errs_total", "transmit_errs_total",
+                          "receive_drop_total", "transmit_drop_total", "carrier_changes_total"):
+                    add(f"node_network_{m}", 1e9 + p, device=f"eth{p}", instance=inst, job="node")
+                add("node_network_up", 1, device=f"eth{p}", instance=inst, job="node")
+                for m in ("symbol_error_total", "link_downed_total", "link_error_recovery_total",
+                          "port_transmit_wait_total", "port_errors_received_total"):
+                    add(f"node_infiniband_{m}", 3, device=f"mlx5_{p}", port="1", instance=inst, job="node")
+            for g in range(8):
+                for f in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_PCIE_LINK_GEN",
+                          "DCGM_FI_DEV_PCIE_LINK_WIDTH", "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"):
+                    add(f, 40, gpu=str(g), Hostname=name, instance=f"10.244.{d // 250}.{d % 250}:9400", job="dcgm")
+            for i in range(60):  # what maps to nothing
+                add("node_cpu_seconds_total", 1.0 * i, cpu=str(i // 8), mode=str(i % 8), instance=inst, job="node")
+        else:
+            for p in range(ports):
+                port = soak.port_name(role, p)
+                lab = {"ifName": port, "ifDescr": port, "ifIndex": str(p + 1), "instance": name, "job": "snmp"}
+                for obj in ("ifHCInOctets", "ifHCOutOctets", "ifHCInUcastPkts", "ifHCOutUcastPkts", "ifInErrors",
+                            "ifOutErrors", "ifInDiscards", "ifOutDiscards", "ifHighSpeed", "ifOperStatus"):
+                    add(obj, 1.0, **lab)
+                for k, (what, stype, scale, prec, v) in enumerate((
+                        ("Temperature", 8, 9, 1, 410), ("Voltage", 4, 9, 2, 326), ("TX Bias", 5, 8, 2, 1656),
+                        ("TX Power", 6, 8, 4, 2210), ("RX Power", 6, 8, 4, 2010))):
+                    add("entPhySensorValue", v, entPhysicalDescr=f"DOM {what} Sensor for {port}",
+                        entPhySensorType=str(stype), entPhySensorScale=str(scale), entPhySensorPrecision=str(prec),
+                        entPhysicalIndex=str(100000000 + p * 100 + k), instance=name, job="snmp")
+    return out
+
+
+def exporter_inventory(url: str, devices: list[tuple[str, str, int]]) -> None:
+    """The soak's inventory, with the RDMA device of each host port (mlx5_N: ethN), as exporters name them."""
+    soak.add_inventory(url, devices)
+    with psycopg.connect(url) as c:
+        c.execute("UPDATE ports p SET nic = 'mlx5_' || substr(p.name, 4) FROM devices d "
+                  "WHERE d.id = p.device_id AND d.kind = 'host'")
 
 
 def timed(fn: Callable[[], object]) -> tuple[float, float]:
@@ -157,7 +213,32 @@ def main() -> None:
             proc.wait(10)
             shutil.rmtree(work, ignore_errors=True)
 
-    print(f"{'path':16} {'first: samples/cpu-s':>22} {'steady: samples/cpu-s':>22} {'steady: samples/wall-s':>23}")
+    # 4. exporter names through the mappings
+    ex_series = exporter_series(devices)
+    ex_streams = [bodies(ex_series, T0 + k * STEP) for k in range(args.intervals)]
+    url = soak.create_db(args.server, "fw_rwbench")
+    try:
+        exporter_inventory(url, devices)
+        engine = get_engine(url)
+        rw.MAPPER.forget()
+        results["rw, exporter names"] = []
+        mapped = 0
+        for k in range(args.intervals):
+            before = rw.TOTALS.written
+
+            def run_ex(k: int = k) -> None:
+                for b in ex_streams[k]:
+                    rw.write(engine, rw.decompress(b, limit))
+            cpu, wall = timed(run_ex)
+            mapped = rw.TOTALS.written - before
+            results["rw, exporter names"].append((cpu, wall, len(ex_series)))
+        print(f"# exporter names: {len(ex_series)} series an interval, {mapped} stored in the last; unmapped "
+              f"{dict(rw.TOTALS.unmapped)}")
+        engine.dispose()
+    finally:
+        soak.drop_db(args.server, url)
+
+    print(f"{'path':20} {'first: samples/cpu-s':>22} {'steady: samples/cpu-s':>22} {'steady: samples/wall-s':>23}")
     steady = {}
     for name, rows in results.items():
         first = rows[0][2] / rows[0][0]
@@ -166,7 +247,7 @@ def main() -> None:
         wall = sum(r[1] for r in rest)
         n = sum(r[2] for r in rest)
         steady[name] = n / cpu
-        print(f"{name:16} {first:22,.0f} {n / cpu:22,.0f} {n / wall:23,.0f}")
+        print(f"{name:20} {first:22,.0f} {n / cpu:22,.0f} {n / wall:23,.0f}")
     if "text import" in steady and "remote write" in steady:
         ratio = steady["remote write"] / steady["text import"]
         print(f"remote write / text import (steady, per CPU-second): {ratio:.2f}")

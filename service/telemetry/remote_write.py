@@ -247,10 +247,14 @@ def _check_ts(ts_ms: np.ndarray, name: Callable[[int], str]) -> None:
 
 def write(engine: Engine, raw: bytes, req: RawWriteRequest | None = None, *, batch_rows: int = 50_000,
           mapper: Mapper = MAPPER) -> WriteReport:
-    """Map and store one decompressed WriteRequest (checked by `decode`, which gives `req`) in one
-    transaction: all of it or nothing."""
-    req = req if req is not None else decode(raw)
+    """Map and store one decompressed WriteRequest in one transaction: all of it or nothing. The usual
+    layout is read as columns, which checks its framing (every label set is checked when first decoded);
+    any other is parsed and checked whole by `decode` (or `req`, already decoded), and read message by
+    message."""
     cols = columns.read(raw)
+    if cols is None or not cols.keys:  # another layout, or no series: the strict parse says what it is
+        req = req if req is not None else decode(raw)
+        cols = None
     histograms = 0
     if cols is not None:
         who = np.repeat(np.arange(len(cols.keys)), cols.counts)
@@ -259,6 +263,7 @@ def write(engine: Engine, raw: bytes, req: RawWriteRequest | None = None, *, bat
             mapped = mapper.map_columns(conn, cols.keys, cols.counts, cols.ts_ms, cols.values, labels_of_set)
             stored, widths = _store(conn, mapped, batch_rows, mapper)
     else:  # another layout (exemplars, histograms, field order): message by message
+        assert req is not None
         series = []
         for ts in req.timeseries:
             key = tuple(ts.labels)

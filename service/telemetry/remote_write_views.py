@@ -50,8 +50,7 @@ async def remote_write(request: Request, engine: EngineDep, settings: SettingsDe
         _check_headers(request)
         body = await _read_body(request, settings.max_body_bytes)
         raw = rw.decompress(body, settings.max_body_bytes)
-        req = rw.decode(raw)
-        report = await run_in_threadpool(rw.write, engine, raw, req, batch_rows=settings.ingest_batch_rows)
+        report = await run_in_threadpool(rw.write, engine, raw, batch_rows=settings.ingest_batch_rows)
     except rw.RemoteWriteError as exc:
         rw.REMOTE_WRITE_REQUESTS.labels(str(exc.status)).inc()
         rw.TOTALS.refuse(exc.status, exc.detail)

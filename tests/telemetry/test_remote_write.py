@@ -153,6 +153,11 @@ def test_bad_input_is_a_clear_4xx_and_nothing_is_written(client: TestClient, db:
     # a remote-write 2.0 Request (symbols: field 4, timeseries: field 5) sent as 1.0
     rw2 = b"\x22\x08__name__" + b"\x2a\x04\x0a\x02\x00\x01"
     assert "has field 4" in _refused(client, db, body(rw2), HEADERS, 400)
+    # the usual layout, but a label with a field Label does not have (read as columns, checked when decoded)
+    sample = Sample(value=1.0, timestamp=TS).SerializeToString()
+    label = b"\x0a\x08__name__\x12\x0fnode_network_up" + b"\x18\x01"
+    series = b"\x0a" + bytes([len(label)]) + label + b"\x12" + bytes([len(sample)]) + sample
+    assert "a label has field 3" in _refused(client, db, body(b"\x0a" + bytes([len(series)]) + series), HEADERS, 400)
     # not protobuf at all
     assert _refused(client, db, body(b"\xff\xff\xff\xff"), HEADERS, 400).startswith("protobuf:")
     # a timestamp in seconds, a series without a name

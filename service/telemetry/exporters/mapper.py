@@ -73,6 +73,8 @@ class _Target:
     exporter: str
     name: str  # the source metric name, for reports
     text: str  # the catalogue series as exposition text (the ingest path's series key)
+    plain: bool  # value as is: no conversion, scale or sum
+    width: bool  # a counter width (or saturation) to store with a new series
 
 
 def series_text(key: SeriesKey) -> str:
@@ -216,7 +218,9 @@ class Mapper:
                         got = Unmapped(Reason.UNKNOWN_PORT, f"{device}:{got.port[1]}")
                 if isinstance(got, Match):
                     skey = (got.metric, device, port, got.lane, got.priority, got.gpu)
-                    got = _Target(skey, got, exporter, labels.get("__name__", got.metric), series_text(skey))
+                    got = _Target(skey, got, exporter, labels.get("__name__", got.metric), series_text(skey),
+                                  got.component is None and got.value_fn is None and got.scale == 1.0,
+                                  got.counter_bits is not None or got.saturating)
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
         self._cache[key] = got
@@ -286,37 +290,37 @@ class Mapper:
             if t.__class__ is _Target:
                 seen[t.key] = seen.get(t.key, 0) + 1  # type: ignore[union-attr]
         res = MapResult(series=len(keys), received=int(offsets[-1]))
-        fast_code = np.full(len(keys), -1, np.int64)  # per series: its index in the block's texts
+        fast_code = [-1] * len(keys)  # per series: its index in the block's texts
         texts: list[str] = []
         block_keys: list[SeriesKey] = []
         slow: list[int] = []
         mapped_series = 0
         exporters: dict[str, int] = {}
-        best_rank = self._best_rank
+        best_rank, widths = self._best_rank, self._widths
+        n_of = counts.tolist()
         with self._lock:
             for i, t in enumerate(targets):
                 if t.__class__ is not _Target:
-                    res.count(t.reason, t.detail, int(counts[i]))  # type: ignore[union-attr]
+                    res.count(t.reason, t.detail, n_of[i])  # type: ignore[union-attr]
                     continue
                 mapped_series += 1
-                m = t.m  # type: ignore[union-attr]
                 key = t.key  # type: ignore[union-attr]
-                if (seen[key] > 1 or m.component is not None or m.value_fn is not None or m.scale != 1.0
-                        or ((m.counter_bits is not None or m.saturating) and key not in self._widths)):
+                if not t.plain or seen[key] > 1 or (t.width and key not in widths):  # type: ignore[union-attr]
                     slow.append(i)
                     continue
+                rank = t.m.rank  # type: ignore[union-attr]
                 best = best_rank.get(key)
-                if best is None or m.rank < best:
-                    best_rank[key] = m.rank
-                elif m.rank > best:
-                    res.count(Reason.SUPERSEDED, t.name, int(counts[i]))  # type: ignore[union-attr]
+                if best is None or rank < best:
+                    best_rank[key] = rank
+                elif rank > best:
+                    res.count(Reason.SUPERSEDED, t.name, n_of[i])  # type: ignore[union-attr]
                     continue
                 fast_code[i] = len(texts)
                 texts.append(t.text)  # type: ignore[union-attr]
                 block_keys.append(key)
-                exporters[t.exporter] = exporters.get(t.exporter, 0) + int(counts[i])  # type: ignore[union-attr]
+                exporters[t.exporter] = exporters.get(t.exporter, 0) + n_of[i]  # type: ignore[union-attr]
         if texts:
-            code = np.repeat(fast_code, counts)
+            code = np.repeat(np.array(fast_code, np.int64), counts)
             keep = code >= 0
             finite = np.isfinite(values)
             bad = keep & ~finite
