@@ -51,9 +51,7 @@ _HOUR_S = 3600
 _PREFIX_STEPS = 60  # simulated before the estimate (and kept): what the bytes per sample are measured on
 _SAMPLE_SERIES = 400  # series encoded for the estimate
 _BATCH_SAMPLES = 1 << 21  # samples handed to write_chunks at a time (~50 MB with its copies)
-# A chunk's row beside its data: tuple header and fixed columns (~90 B), line pointer, primary-key entry
-# (~30 B), the TOAST pointer and chunk row for data past ~2 kB. Measured figure, see docs/benchmarks.md.
-ROW_OVERHEAD_BYTES = 150
+_WRITE_BPS = 20e6  # what PostgreSQL takes in chunks a second on the 2-core machine (docs/benchmarks.md)
 
 
 @dataclass(frozen=True)
@@ -172,18 +170,29 @@ def _hot_from(now: datetime, hot_s: float) -> datetime:
     return datetime.fromtimestamp(t, UTC)
 
 
-def _estimate(buf: _Buffer, targets: dict[str, _Target], steps: int, step_s: float, hot_from: datetime,
-              t_end: float, step_seconds: float, text_bytes_per_step: int, cap: int) -> StoreEstimate:
-    """Extrapolate the first steps: samples a step, and the codec's bytes a sample measured by
-    encoding a spread of series over them (as s(n) = head + n * per-sample, from halves and wholes)."""
-    n = buf.n
+def _chunk_disk_bytes(data: np.ndarray) -> np.ndarray:
+    """On-disk bytes of chunks with `data` bytes of codec output: the heap row (~110 B) and its primary-key
+    entry (~40 B); data past ~2 kB goes to TOAST in 1,996-byte pieces, at most 4 a page, so each piece
+    costs a quarter page (2,048 B) plus its TOAST index entry."""
+    toasted = data > 2000
+    pieces = np.ceil(data / 1996)
+    return np.where(toasted, 150 + pieces * (2048 + 20), 150 + data)
+
+
+def _estimate(buf: _Buffer, targets: dict[str, _Target], times: list[float], step_s: float, hot_from: datetime,
+              step_seconds: float, text_bytes_per_step: int, cap: int) -> StoreEstimate:
+    """Extrapolate the first steps: samples a step, and the codec's bytes and time measured by encoding a
+    spread of series over them, as f(n) = head + n * per-sample (from each series' first half and whole)."""
+    n, steps = buf.n, len(times)
     per_step = buf.count() / max(n, 1)
     samples = int(per_step * steps)
     series = sum(len(t.sids) for t in targets.values())
     rows_all = [(metric, i) for metric, t in targets.items() for i in range(len(t.sids))]
     pick = np.linspace(0, len(rows_all) - 1, min(_SAMPLE_SERIES, len(rows_all))).astype(int) if rows_all else []
-    whole = half = count_whole = count_half = used = 0
-    clock = time.perf_counter()
+    size = np.zeros(2)
+    secs = np.zeros(2)
+    count = np.zeros(2)
+    used = 0
     for j in pick:
         metric, i = rows_all[j]
         v = buf.vals[metric][i, :n]
@@ -192,21 +201,30 @@ def _estimate(buf: _Buffer, targets: dict[str, _Target], steps: int, step_s: flo
         if ok.sum() < 4:
             continue
         v, ts = v[ok], ts[ok]
-        h = len(v) // 2
-        whole += len(encode(ts, v))
-        half += len(encode(ts[:h], v[:h]))
-        count_whole += len(v)
-        count_half += h
+        for k, m in enumerate((len(v) // 2, len(v))):
+            clock = time.perf_counter()
+            size[k] += len(encode(ts[:m], v[:m]))
+            secs[k] += time.perf_counter() - clock
+            count[k] += m
         used += 1
-    encode_s = (time.perf_counter() - clock) / max(count_whole + count_half, 1)
-    per_sample = (whole - half) / max(count_whole - count_half, 1) if count_whole else 2.0
-    head = max((half - per_sample * count_half) / used, 24.0) if used else 24.0
-    spans = max(1, int(np.ceil(steps / min(cap, _DAY_S / step_s))))  # a chunk per series and flushed span
-    chunks = series * spans
-    hot_samples = int(per_step * max(0.0, min(steps, (t_end - hot_from.timestamp()) / step_s)))
-    disk = (samples - hot_samples) * per_sample + chunks * (head + ROW_OVERHEAD_BYTES) + hot_samples * 100
-    seconds = steps * step_seconds + samples * encode_s
-    return StoreEstimate(steps, samples, series, chunks, int(disk), disk / max(samples, 1), seconds,
+    if used:
+        per_sample = max((size[1] - size[0]) / max(count[1] - count[0], 1), 0.1)
+        head = max((size[0] - per_sample * count[0]) / used, 24.0)
+        s_sample = max((secs[1] - secs[0]) / max(count[1] - count[0], 1), 0.0)
+        s_head = max((secs[0] - s_sample * count[0]) / used, 0.0)
+    else:
+        per_sample, head, s_sample, s_head = 2.0, 24.0, 1e-7, 1e-4
+    # a chunk per series and flushed span: UTC days of the steps, cut at `cap` steps
+    t = np.asarray(times)
+    hot = t >= hot_from.timestamp()
+    _, per_day = np.unique(t[~hot] // _DAY_S, return_counts=True)
+    spans = np.array([c / k for c in per_day.tolist() for k in [-(-c // cap)] for _ in range(k)])
+    data = head + spans * per_step / max(series, 1) * per_sample
+    chunks = series * len(spans)
+    hot_samples = int(per_step * hot.sum())
+    disk = float(series * _chunk_disk_bytes(data).sum()) + hot_samples * 100  # a row: ~100 B with its key
+    seconds = steps * step_seconds + chunks * s_head + (samples - hot_samples) * s_sample + disk / _WRITE_BPS
+    return StoreEstimate(steps, samples, series, chunks, int(disk), disk / max(samples, 1), float(seconds),
                          text_bytes_per_step * steps, hot_from)
 
 
@@ -293,7 +311,7 @@ def generate_into_store(engine: Engine, scenario_file: str | Path | Scenario, st
             buf.add(sim.step(times[done], dt))
             done += 1
         step_seconds = (time.perf_counter() - sim_clock) / max(done - 1, 1)
-        estimate = _estimate(buf, targets, len(times), dt, hot_from, t1, step_seconds, text_step, cap)
+        estimate = _estimate(buf, targets, times, dt, hot_from, step_seconds, text_step, cap)
         spent = time.perf_counter() - clock
         if confirm is not None and not confirm(estimate):
             conn.rollback()

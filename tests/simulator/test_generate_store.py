@@ -3,7 +3,7 @@ samples as the text output imported; the estimate first; large runs ask; bad inp
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -17,20 +17,20 @@ from simulator import cli
 from simulator.generate import generate
 from simulator.store_writer import StoreEstimate, generate_into_store
 
-# 21:00 to 01:30 the next day; with `now` at 02:40 the hot window starts at 01:00 (the last whole hour
-# before now - 1 h): 21:00-01:00 become chunks of two UTC days, 01:00-01:30 rows.
+# 23:00 to 01:30 the next day; with `now` at 02:40 the hot window starts at 01:00 (the last whole hour
+# before now - 1 h): 23:00-01:00 become chunks of two UTC days, 01:00-01:30 rows.
 SCENARIO = """\
 name: small-store
 seed: 7
 topology: {hosts: 2, spines: 2}
-start: "2025-01-01T21:00:00Z"
-end: 4h30m
+start: "2025-01-01T23:00:00Z"
+end: 2h30m
 step: 60s
 artefacts: {missing_fraction: 0.02, jitter_ms: 300}
 faults:
   - {id: f1, type: dirty_connector, device: leaf-p1-r0-01, port: Ethernet1/1, at: 30m}
-  - {id: f2, type: nan_run, device: leaf-p1-r1-01, at: 1h, until: 2h}
-  - {id: f3, type: missing, device: host-p1-00001, fraction: 0.5, at: 2h, until: 3h}
+  - {id: f2, type: nan_run, device: leaf-p1-r1-01, at: 20m, until: 50m}
+  - {id: f3, type: missing, device: host-p1-00001, fraction: 0.5, at: 1h30m, until: 2h}
 """
 NOW = datetime(2025, 1, 2, 2, 40, tzinfo=UTC)
 HOT_FROM = datetime(2025, 1, 2, 1, 0, tzinfo=UTC)
@@ -90,17 +90,17 @@ def test_the_store_holds_what_the_text_output_imported_holds(db: Engine, scenari
     assert stored == imported
 
     (e,) = seen  # the estimate, from the first steps
-    assert e.steps == r.steps == 270 and e.series == r.series and e.hot_from == HOT_FROM
+    assert e.steps == r.steps == 150 and e.series == r.series and e.hot_from == HOT_FROM
     assert e.samples == pytest.approx(r.samples, rel=0.1)  # missing samples and faults vary by step
     assert e.text_bytes == pytest.approx(out.metrics_file.stat().st_size, rel=0.1)
 
 
 def test_a_second_run_keeps_what_is_stored(db: Engine, scenario: Path) -> None:
-    first = generate_into_store(db, scenario, end="2h", now=NOW)
-    again = generate_into_store(db, scenario, end="3h", now=NOW)
+    first = generate_into_store(db, scenario, end="40m", now=NOW, groups={"traffic", "optics"})
+    again = generate_into_store(db, scenario, end="1h20m", now=NOW, groups={"traffic", "optics"})
     stored = _stored(db)
-    assert len(stored) == again.samples + again.duplicates - first.samples + first.samples
-    assert again.duplicates == first.samples  # the first two hours again: kept, not doubled
+    assert again.duplicates == first.samples  # the first 40 minutes again: kept, not doubled
+    assert len(stored) == first.samples + again.samples
     assert _count(db, "SELECT count(*) FROM (SELECT series_id, first_ts FROM sample_chunks c WHERE EXISTS ("
                       "SELECT 1 FROM sample_chunks o WHERE o.series_id = c.series_id AND o.first_ts <> c.first_ts "
                       "AND o.first_ts <= c.last_ts AND o.last_ts >= c.first_ts)) x") == 0  # no overlapping chunks
@@ -177,10 +177,11 @@ def test_bad_input_is_one_line_and_writes_nothing(db: Engine, db_url: str, scena
 
 
 def test_memory_bound_splits_a_day_into_spans(db: Engine, scenario: Path) -> None:
-    r = generate_into_store(db, scenario, end="2h", now=NOW, memory_bytes=8 * 3000 * 30)  # ~30 steps a span
-    assert _count(db, "SELECT max(n) FROM sample_chunks") <= 30
-    assert r.chunks > r.series * 3  # 120 steps in spans of <= 30
+    r = generate_into_store(db, scenario, end="50m", now=NOW, memory_bytes=8 * 3000 * 15,  # ~15 steps a span
+                            groups={"state", "optics", "traffic", "phy"})
+    cap = 8 * 3000 * 15 // (8 * r.series)  # steps a span
+    assert cap < 25 and _count(db, "SELECT max(n) FROM sample_chunks") <= cap
+    assert r.chunks >= r.series * -(-50 // cap)  # 50 steps in spans of at most `cap`
     with db.connect() as conn:
         got = read_samples(conn, LO, HI)
     assert len(got) == r.samples
-    assert timedelta(0) < HI - LO
