@@ -7,6 +7,7 @@ from typing import Any
 import psycopg
 import sqlalchemy.exc
 from fastapi import APIRouter, Depends, Request, Response
+from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from service.api.auth import ReadScope, require
@@ -16,6 +17,21 @@ from service.telemetry import remote_write as rw
 from service.telemetry.views import _read_body
 
 router = APIRouter(prefix="/api/v1", tags=["telemetry"])
+
+
+class RemoteWriteStatus(BaseModel):
+    """Since this process started (each API worker counts its own)."""
+
+    requests: int = Field(description="requests answered, refused ones included")
+    refused: dict[str, int] = Field(description="refused requests by status (400, 413, 415, 503)")
+    samples: int = Field(description="samples received in accepted requests")
+    written: int
+    duplicates: int = Field(description="samples already stored (a resend)")
+    unmapped: dict[str, int] = Field(description="samples not stored, by reason (docs/ecosystem.md)")
+    unmapped_detail: dict[str, dict[str, int]] = Field(description="per reason, the most common metric names, "
+                                                       "instances or device:port")
+    last_request_at: float | None = Field(description="Unix seconds")
+    last_error: str | None = Field(description="the last refusal's detail")
 
 _RW2 = "io.prometheus.write.v2.request"
 
@@ -69,6 +85,6 @@ async def remote_write(request: Request, engine: EngineDep, settings: SettingsDe
 
 
 @router.get("/write/status", summary="What remote write received since this process started, and what it "
-            "could not map (per reason)")
+            "could not map (per reason)", response_model=RemoteWriteStatus)
 def remote_write_status(_: ReadScope) -> dict[str, Any]:
     return rw.TOTALS.to_dict()

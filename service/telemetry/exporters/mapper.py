@@ -9,6 +9,9 @@ Prometheus-shaped source goes through (the remote-write receiver, the scrape col
 
 `labels` is a tuple of (name, value) pairs with `__name__` among them (the remote-write order:
 sorted by name), or a dict. Mapping a label set is cached per process, keyed by the tuple.
+`map_keyed` takes any cache key and a function that decodes it into label pairs on a miss (remote write:
+the encoded labels); `map_columns` takes series as columns and keeps the plain ones as columns
+(`MapResult.block`) for the ingest's block path.
 
 Two rules need more than one series, and a remote-write request may carry only part of a scrape
 (Prometheus shards and batches series), so the mapper remembers, per catalogue series:
