@@ -134,11 +134,18 @@ def generate_cmd(
     except ValueError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
+    except OSError as exc:  # the scenario or its inventory file
+        console.print(f"[red]error:[/red] {exc.filename}: {exc.strerror}")
+        raise typer.Exit(2) from None
     rate = r.samples / r.seconds if r.seconds else 0
     console.print(f"[green]wrote[/green] {r.metrics_file}: {r.samples:,} samples, {r.steps} steps, "
                   f"{r.series:,} series on {r.ports:,} ports ({r.seconds:.1f} s, {rate:,.0f} samples/s)")
     console.print(f"[green]wrote[/green] {r.inventory_file}")
     console.print(f"[green]wrote[/green] {r.ground_truth_file}: {r.faults} fault(s)")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def _generate_into_store(scenario: Path, start: str | None, end: str | None, step: str | None,
@@ -166,7 +173,7 @@ def _generate_into_store(scenario: Path, start: str | None, end: str | None, ste
 
     def confirm(e: StoreEstimate) -> bool:
         console.print(f"about {decimal(e.disk_bytes)} on disk ({e.bytes_per_sample:.1f} B/sample): {e.samples:,} "
-                      f"samples of {e.series:,} series over {e.steps:,} steps, about {e.seconds / 60:.0f} min "
+                      f"samples of {e.series:,} series over {e.steps:,} steps, about {_duration(e.seconds)} "
                       f"(as text: {decimal(e.text_bytes)}); from {e.hot_from:%Y-%m-%d %H:%M} UTC on as rows")
         if e.disk_bytes >= CONFIRM_ABOVE_BYTES and not yes:
             if not _interactive():
@@ -193,6 +200,9 @@ def _generate_into_store(scenario: Path, start: str | None, end: str | None, ste
         raise typer.Exit(2) from None
     except (StoreError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}; nothing was written")
+        raise typer.Exit(2) from None
+    except OSError as exc:  # the scenario or its inventory file
+        console.print(f"[red]error:[/red] {exc.filename}: {exc.strerror}; nothing was written")
         raise typer.Exit(2) from None
     except (OperationalError, psycopg.OperationalError) as exc:
         first = str(getattr(exc, "orig", None) or exc).strip().splitlines()

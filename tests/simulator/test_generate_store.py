@@ -153,9 +153,12 @@ def test_bad_input_is_one_line_and_writes_nothing(db: Engine, db_url: str, scena
     assert code == 2 and output.startswith("scenario error: ") and "drop_db" in output
     assert len(output.strip().splitlines()) == 1
 
-    code, output = CliRunner().invoke(cli.app, ["generate", "--store", "--scenario", str(scenario)],
-                                      env={"FABRICWATCH_DATABASE_URL": ""}).exit_code, ""
-    assert code == 2
+    code, output = _run(db_url, "--scenario", str(tmp_path / "none.yaml"))
+    assert code == 2 and output.startswith("error: ") and "none.yaml: No such file or directory" in output
+    assert len(output.strip().splitlines()) == 1
+
+    code, output = _run("", "--scenario", str(scenario))
+    assert code == 2 and "--store needs FABRICWATCH_DATABASE_URL" in output
 
     # a database without the schema
     plain = make_url(db_url).set(drivername="postgresql", database="postgres").render_as_string(hide_password=False)
