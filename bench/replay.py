@@ -1,0 +1,240 @@
+"""Replay benchmark (#22 item 2): a backtest over bulk-imported history, streamed against per-window reads.
+
+    python bench/replay.py prepare [--days 7]          # simulate + import the history into a kept database
+    python bench/replay.py run [--days 7] [--anchor-hours 2] [--compress]
+
+The history: a 24-switch, 320-port rail-optimized fabric (20 hosts x 4 NICs, 4 spines), the simulator's
+physical metric mix with counters polled every 5 minutes and optics every 15 (bench/detection_eval.py's
+sparsest cadence cell), imported one simulated day per `import_prometheus` call (bulk history: the samples
+land as per-series day blocks). It is kept in the database `fw_replay_bench` between runs.
+
+`run` measures, in one process and one run:
+1. streamed: `backtest` over the whole history at a 60 s step (service/detection/replay.py reads each stored
+   sample once, a day at a time); samples of stored history per second and the wall time;
+2. anchor: the per-window path (one `read_samples` query per cycle, as before), over the first
+   `--anchor-hours` of the same history (it is too slow for the whole week), as seconds per cycle and that
+   rate extrapolated to the week;
+and checks that the streamed and per-window cycles gave the same findings on the anchor's range.
+With `--compress` the rows and blocks are first moved into compressed chunks (rollups, then
+`run_compression`), and the same is measured over chunks.
+Not a test: the figures go into docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import platform
+import resource
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+DB = "fw_replay_bench"
+T0 = 1_735_689_600.0  # 2025-01-01T00:00:00Z
+SPEC: dict[str, Any] = {
+    "name": "replay-bench", "seed": 7,
+    "topology": {"shape": "rail-optimized", "hosts": 20, "nics_per_host": 4, "gpus_per_host": 4,
+                 "hosts_per_leaf": 4, "spines": 4, "optics_mix": {"400G-DR4": 0.8, "400G-DAC": 0.2}},
+    "faults": [{"type": "dirty_connector", "device": "host-p1-00003", "port": "eth1", "lanes": [1], "drop_db": 4,
+                "at": "2d"},
+               {"type": "post_fec", "device": "host-p1-00007", "port": "eth2", "at": "4d"}]}
+COUNTERS_S, OPTICS_S = 300, 900
+OPTIC_METRICS = {"optic_rx_power_dbm", "optic_tx_power_dbm", "optic_tx_bias_amperes", "optic_temperature_celsius",
+                 "optic_voltage_volts"}
+
+
+def _url(server: str, name: str) -> str:
+    return server.rsplit("/", 1)[0] + "/" + name
+
+
+def prepare(server: str, days: int) -> None:
+    import psycopg
+    from sqlalchemy import text
+    from sqlalchemy.orm import Session
+
+    from service.db import get_engine
+    from service.inventory.schemas import Inventory
+    from service.inventory.service import upsert_inventory
+    from service.migrate import upgrade
+    from service.telemetry.service import import_prometheus
+    from simulator.generate import BlockText, write_frame
+    from simulator.scenarios import Scenario
+    from simulator.telemetry import make_sim, resolve_inventory, timeline
+
+    with psycopg.connect(server, autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
+        c.execute(f'CREATE DATABASE "{DB}"')
+    url = _url(server, DB)
+    upgrade(url)
+    engine = get_engine(url)
+    sc = Scenario.model_validate(SPEC)
+    inv = resolve_inventory(sc.inventory_source())
+    with Session(engine) as s:
+        upsert_inventory(session=s, inventory=Inventory.model_validate(inv))
+        s.commit()
+    sim = make_sim(inv, sc, T0)
+    texts = {b.metric: BlockText(b, sim.m) for b in sim.blocks}
+    clock, n = time.perf_counter(), 0
+    for day in range(days):
+        buf = io.StringIO()
+        for t in timeline(T0 + day * 86400, T0 + (day + 1) * 86400 - COUNTERS_S, COUNTERS_S):
+            frame = sim.step(t, COUNTERS_S)
+            if round(t - T0) % OPTICS_S:
+                for name in [m for m in frame.values if m in OPTIC_METRICS]:
+                    del frame.values[name]
+                    frame.keep.pop(name, None)
+            n += write_frame(sim, texts, frame, buf)
+        import_prometheus(engine=engine, chunks=[buf.getvalue().encode()], source=f"day{day}")
+        print(f"day {day + 1}/{days}: {n:,} samples, {time.perf_counter() - clock:.0f} s", flush=True)
+    with engine.begin() as c:
+        c.execute(text("ANALYZE"))
+    print(f"prepared {DB}: {sim.m.P} ports, {n:,} samples over {days} days")
+
+
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _timed(fn: Any) -> tuple[Any, float, float]:
+    """(result, wall s, CPU s of this process)"""
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - wall, time.process_time() - cpu
+
+
+class _Backend:
+    """CPU seconds a PostgreSQL backend on this machine has used since this was made (NaN elsewhere)."""
+
+    def __init__(self, pid: int) -> None:
+        self.path, self.tick = Path(f"/proc/{pid}/stat"), os.sysconf("SC_CLK_TCK")
+        self.start = self._now()
+
+    def _now(self) -> float:
+        try:
+            f = self.path.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        return (int(f[11]) + int(f[12])) / self.tick  # utime + stime
+
+    def cpu_s(self) -> float:
+        return self._now() - self.start
+
+
+def compress_all(engine: Any, days: int) -> None:
+    """Move every row and block of the history into chunks (the beat task's work, run to the end)."""
+    from service.telemetry.compress import run_compression
+
+    now = datetime.fromtimestamp(T0 + days * 86400, UTC) + timedelta(hours=2)
+    clock = time.perf_counter()
+    while True:
+        run = run_compression(engine, now=now, hot_s=3600, max_batches=10**6)
+        if run.complete:
+            break
+    print(f"compressed into chunks in {time.perf_counter() - clock:.0f} s")
+
+
+def run(server: str, days: int, anchor_hours: float, compress: bool, alerts: bool) -> None:
+    from sqlalchemy import text
+
+    from service.db import get_engine
+    from service.detection.replay import HistoryReader
+    from service.detection.service import backtest, load_fabric, load_series
+    from service.detection.state import Config
+
+    engine = get_engine(_url(server, DB))
+    if compress:
+        compress_all(engine, days)
+    with engine.connect() as c:
+        chunks = c.execute(text("SELECT count(*) FROM sample_chunks")).scalar_one()
+        blocks = c.execute(text("SELECT count(*) FROM sample_blocks")).scalar_one()
+        ports = c.execute(text("SELECT count(*) FROM ports")).scalar_one()
+    cfg, step = Config(), 60_000
+    a = int(T0 * 1000) + cfg.initial_lookback_ms + cfg.lateness_ms  # the first read starts at T0
+    b = int(T0 * 1000) + days * 86_400_000
+    cycles = (b - a) // step + 1
+    print(f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f} at start; {ports} ports; {blocks:,} blocks, {chunks:,} chunks; "
+          f"{days} days at {step // 1000} s: {cycles:,} cycles")
+
+    # the read alone: the stored samples the replay covers, a day at a time
+    server_cpu: list[float] = []
+
+    def read_only() -> int:
+        with engine.connect() as conn:
+            backend = _Backend(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+            fabric = load_fabric(conn)
+            sx = load_series(conn, fabric)
+            reader = HistoryReader(conn, fabric, until_ms=b - cfg.lateness_ms)
+            lo = a - cfg.lateness_ms - cfg.initial_lookback_ms
+            for t in range(a, b + 1, step):
+                _, sx = reader.read(lo, t - cfg.lateness_ms, sx)
+                lo = t - cfg.lateness_ms
+            server_cpu.append(backend.cpu_s())
+            return reader.samples_read
+
+    n, wall, cpu = _timed(read_only)
+    both = cpu + server_cpu[0] if server_cpu[0] == server_cpu[0] else float("nan")
+    print(f"read only: {n:,} stored samples in {wall:.1f} s ({n / wall / 1e6:.2f} M samples/s); CPU {cpu:.1f} s here "
+          f"+ {server_cpu[0]:.1f} s in the PostgreSQL backend = {n / both / 1e6:.2f} M samples per CPU second")
+
+    clock = time.perf_counter()
+
+    def progress(at_ms: int, _: list) -> None:
+        if (at_ms - a) % 86_400_000 < step:
+            print(f"  streamed: day {(at_ms - a) // 86_400_000 + 1} begins at {time.perf_counter() - clock:.0f} s",
+                  flush=True)
+
+    found, s_wall, s_cpu = _timed(lambda: backtest(engine, a, b, step, config=cfg, on_cycle=progress))
+    print(f"streamed backtest: {cycles:,} cycles in {s_wall:.1f} s (CPU {s_cpu:.1f} s), {n / s_wall / 1e6:.2f} M "
+          f"samples/s, {s_wall / cycles * 1000:.1f} ms/cycle, {len(found):,} findings; peak RSS {_rss_mib():.0f} MiB")
+
+    if alerts:
+        from service.pipeline import replay_alerts
+
+        outs, c_wall, _ = _timed(lambda: replay_alerts(engine, a, b, step, config=cfg))
+        changes = sum(len(o.changes.changes) for o in outs)
+        print(f"replay_alerts (fabricwatch backtest's path, alert tables shadowed): {c_wall:.1f} s, "
+              f"{n / c_wall / 1e6:.2f} M samples/s, {changes} alert changes")
+
+    # the anchor: the per-window path, a query per cycle, over the first hours; the same range streamed
+    b2 = a + int(anchor_hours * 3_600_000)
+    k = (b2 - a) // step + 1
+    old, o_wall, o_cpu = _timed(lambda: backtest(engine, a, b2, step, config=cfg, span_ms=None))
+    new, n_wall, _ = _timed(lambda: backtest(engine, a, b2, step, config=cfg))
+    same = [f.to_dict() for f in old] == [f.to_dict() for f in new]
+    per = o_wall / k
+    print(f"anchor, per-window reads: {k} cycles ({anchor_hours:g} h) in {o_wall:.1f} s (CPU {o_cpu:.1f} s): "
+          f"{per * 1000:.0f} ms/cycle, {per * cycles / 3600:.2f} h extrapolated to the {days} days; streamed over "
+          f"the same range {n_wall:.1f} s; findings identical: {same}")
+    print(f"ratio (per-window extrapolated / streamed, whole range): {per * cycles / s_wall:.0f}x")
+    if not same:
+        sys.exit(1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=("prepare", "run"))
+    ap.add_argument("--server", default=os.environ.get("FABRICWATCH_BENCH_SERVER",
+                                                       "postgresql://postgres@127.0.0.1:5432/postgres"))
+    ap.add_argument("--days", type=int, default=7)
+    ap.add_argument("--anchor-hours", type=float, default=2.0)
+    ap.add_argument("--compress", action="store_true",
+                    help="first move the kept history into compressed chunks (run `prepare` again for blocks)")
+    ap.add_argument("--no-alerts", dest="alerts", action="store_false",
+                    help="skip the replay_alerts (CLI path) measurement")
+    args = ap.parse_args()
+    if args.what == "prepare":
+        prepare(args.server, args.days)
+    else:
+        run(args.server, args.days, args.anchor_hours, args.compress, args.alerts)
+
+
+if __name__ == "__main__":
+    main()
