@@ -323,18 +323,18 @@ def generate_into_store(engine: Engine, scenario_file: str | Path | Scenario, st
         if progress:
             progress(done, 0)
         while True:
+            if buf.n >= 2 and not _same_day(buf.t[-2], buf.t[-1]):
+                # the step just added opened a UTC day: the day before is complete (its samples in that
+                # step too, with jitter), the rest of the step waits for the new day's chunks
+                writer.flush(buf, cut_ms=int(buf.t[-1] // _DAY_S * _DAY_S * 1000))
+                if progress:
+                    progress(done, writer.stored)
             if done == len(times) or buf.n == cap:
                 writer.flush(buf)
                 if progress:
                     progress(done, writer.stored)
                 if done == len(times):
                     break
-            elif buf.n >= 2 and not _same_day(buf.t[-2], buf.t[-1]):
-                # the step just added opened a UTC day: the day before is complete (its samples in that
-                # step too, with jitter), the rest of the step waits for the new day's chunks
-                writer.flush(buf, cut_ms=int(buf.t[-1] // _DAY_S * _DAY_S * 1000))
-                if progress:
-                    progress(done, writer.stored)
             buf.add(sim.step(times[done], dt))
             done += 1
         writer.finish()

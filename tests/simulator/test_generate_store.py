@@ -188,3 +188,17 @@ def test_memory_bound_splits_a_day_into_spans(db: Engine, scenario: Path) -> Non
     with db.connect() as conn:
         got = read_samples(conn, LO, HI)
     assert len(got) == r.samples
+
+
+def test_days_are_one_chunk_each_over_many_days(db: Engine, scenario: Path) -> None:
+    # a buffer holds a day and a step: the step that opens each day must not push the day's first
+    # samples into a chunk of their own
+    r = generate_into_store(db, scenario, start="2025-01-01T00:00:00Z", end="3d", step="30m",
+                            now=datetime(2025, 2, 1, tzinfo=UTC), groups={"optics"})
+    per_day = _count(db, "SELECT max(c) FROM (SELECT count(*) AS c FROM sample_chunks GROUP BY series_id, "
+                         "date_trunc('day', first_ts AT TIME ZONE 'UTC')) x")
+    assert per_day == 1 and r.chunks == _count(db, "SELECT count(*) FROM sample_chunks")
+    # 3 days, and the step at midnight closing the third: its samples stamped (jitter) after midnight
+    assert r.series * 3 < r.chunks < r.series * 4
+    with db.connect() as conn:
+        assert len(read_samples(conn, LO, LO + (HI - LO) * 2)) == r.samples
