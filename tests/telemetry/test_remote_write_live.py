@@ -1,8 +1,9 @@
 """A real Prometheus scrapes a real node_exporter and a real snmp_exporter (walking snmpsim serving a real
-Arista recording) and remote-writes into a fabricwatch API started here; the samples land under the
-catalogue's names and the inventory's ports, checked against the exporters' own /metrics.
+Arista recording, and net-snmp's snmpd reporting this machine's interfaces) and remote-writes into a
+fabricwatch API started here; the samples land under the catalogue's names and the inventory's ports,
+checked against the exporters' own /metrics.
 
-Programs: Debian prometheus, prometheus-node-exporter, prometheus-snmp-exporter; snmpsim (dev extra).
+Programs: Debian prometheus, prometheus-node-exporter, prometheus-snmp-exporter, snmpd; snmpsim (dev extra).
 They start once for the module, scrape every second and send every second.
 """
 
@@ -29,7 +30,7 @@ from service.inventory.service import upsert_inventory
 from service.telemetry import remote_write as rw
 from service.telemetry.promtext import parse_lines
 from tests.live_api import free_tcp_port, live_api
-from tests.snmp_peers import start_snmpsim
+from tests.snmp_peers import Peer, free_udp_port, require, start_snmpsim
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 ARISTA = DATA / "snmp" / "arista_eos_4.20_dcs-7150s-24.snmprec"
@@ -62,6 +63,20 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: fl
     raise RuntimeError(f"{url} did not answer: {log.read_text()[-1500:]}")
 
 
+def _start_snmpd_v2c(work: Path) -> Peer:
+    """net-snmp snmpd answering v2c `public` on 127.0.0.1: this machine's own IF-MIB, live counters."""
+    port = free_udp_port()
+    conf, log = work / "snmpd.conf", work / "snmpd.log"
+    conf.write_text("rocommunity public 127.0.0.1\n")
+    args = [require("snmpd", "the Debian package snmpd"), "-f", "-C", "-c", str(conf), "-Lf", str(log),
+            "-p", str(work / "snmpd.pid"), f"udp:127.0.0.1:{port}"]
+    env = {"SNMP_PERSISTENT_DIR": str(work / "persist"), "PATH": "/usr/sbin:/usr/bin:/bin"}
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=work)
+    peer = Peer("snmpd", port, proc, work, log)
+    peer.wait_ready()
+    return peer
+
+
 def _metrics(text_: str) -> list[tuple[str, dict[str, str], float]]:
     return [(p.name, dict(p.labels), p.value) for p in parse_lines(text_.splitlines(), "metrics")]
 
@@ -72,7 +87,9 @@ class Lab:
     node_url: str
     snmp_url: str
     snmp_target: str
+    snmpd_target: str
     before: list[tuple[str, dict[str, str], float]]  # node_exporter before Prometheus started
+    snmpd_before: list[tuple[str, dict[str, str], float]]  # snmp_exporter walking snmpd, likewise
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +101,8 @@ def lab(engine: Engine, db_url: str) -> Iterator[Lab]:
     work = Path(tempfile.mkdtemp(prefix="fw-rw-"))
     procs: list[subprocess.Popen[bytes]] = []
     snmpsim = start_snmpsim({"public": ARISTA})
+    (work / "snmpd").mkdir(mode=0o755)
+    snmpd = _start_snmpd_v2c(work / "snmpd")
     try:
         ne_port, se_port, prom_port = free_tcp_port(), free_tcp_port(), free_tcp_port()
         procs.append(ne := _start([_binary("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{ne_port}",
@@ -100,12 +119,21 @@ def lab(engine: Engine, db_url: str) -> Iterator[Lab]:
         target = f"127.0.0.1:{snmpsim.port}"
         if_names = sorted({lb["ifName"] for n, lb, _ in _metrics(httpx.get(
             snmp_url, params={"target": target, "module": "if_mib"}, timeout=20).text) if n == "ifHighSpeed"})
+        snmpd_target = f"127.0.0.1:{snmpd.port}"
+        snmpd_before = _metrics(httpx.get(snmp_url, params={"target": snmpd_target, "module": "if_mib"},
+                                          timeout=20).text)
+        snmpd_ifs = sorted({lb["ifName"] for n, lb, _ in snmpd_before if n == "ifHCInOctets"})
+        assert snmpd_ifs, "snmpd shows no interface"
         inventory = {"devices": [
             {"name": "lab-host", "kind": "host", "role": "host", "mgmt_address": "127.0.0.1",
              "ports": [{"name": d} for d in netdevs]},
             {"name": "arista1", "kind": "switch", "role": "leaf",
              "ports": [{"name": n, **({"optic": {"type": "10G-SR"}} if n == "Ethernet21" else {})} for n in if_names],
              "endpoints": [{"protocol": "snmp", "address": "127.0.0.1", "port": snmpsim.port,
+                            "community": {"env": "FW_TEST_COMMUNITY"}}]},
+            # this machine's own interfaces, as net-snmp reports them, as a switch on its SNMP endpoint
+            {"name": "snmpd-box", "kind": "switch", "role": "leaf", "ports": [{"name": n} for n in snmpd_ifs],
+             "endpoints": [{"protocol": "snmp", "address": "127.0.0.1", "port": snmpd.port,
                             "community": {"env": "FW_TEST_COMMUNITY"}}]},
         ]}
         with Session(engine) as session:
@@ -124,7 +152,7 @@ scrape_configs:
     scrape_timeout: 2s
     metrics_path: /snmp
     params: {{module: [if_mib]}}
-    static_configs: [{{targets: ["{target}"]}}]
+    static_configs: [{{targets: ["{target}", "{snmpd_target}"]}}]
     relabel_configs:
       - {{source_labels: [__address__], target_label: __param_target}}
       - {{source_labels: [__param_target], target_label: instance}}
@@ -153,14 +181,14 @@ remote_write:
                     n = conn.execute(text(
                         "SELECT min(c) FROM (SELECT d.name, count(DISTINCT x.ts) c FROM samples x JOIN series s "
                         "ON s.id = x.series_id JOIN devices d ON d.id = s.device_id GROUP BY d.name) q "
-                        "HAVING count(*) = 2")).scalar()
+                        "HAVING count(*) = 3")).scalar()
                 if n is not None and n >= 3:
                     break
                 time.sleep(0.5)
             else:
                 targets = httpx.get(f"http://127.0.0.1:{prom_port}/api/v1/targets").text[:3000]
                 pytest.fail(f"no remote write arrived: {rw.TOTALS.to_dict()} {targets}")
-            yield Lab(engine, node_url, snmp_url, target, before)
+            yield Lab(engine, node_url, snmp_url, target, snmpd_target, before, snmpd_before)
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
@@ -170,6 +198,7 @@ remote_write:
             except subprocess.TimeoutExpired:
                 p.kill()
         snmpsim.close()
+        snmpd.close()
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -244,3 +273,25 @@ def test_snmp_exporter_through_prometheus_lands_on_the_switch_ports(lab: Lab) ->
     assert own[("entPhySensorValue", descr.format("RX Power"))] == -1e9
     assert ("optic_rx_power_dbm", "Ethernet21", 0) not in stored
     assert rw.TOTALS.to_dict()["unmapped"].get("blank_value", 0) > 0
+
+
+def test_snmp_exporter_walking_live_snmpd_lands_on_its_interfaces(lab: Lab) -> None:
+    """net-snmp's snmpd reports this machine's interfaces with moving counters: every stored reading lies
+    between two walks snmp_exporter made itself, before Prometheus started and now."""
+    after = _metrics(httpx.get(lab.snmp_url, params={"target": lab.snmpd_target, "module": "if_mib"},
+                               timeout=20).text)
+    stored = _stored(lab.db, "snmpd-box")
+    checked = 0
+    for obj, metric in (("ifHCInOctets", "port_rx_bytes_total"), ("ifHCOutUcastPkts", "port_tx_packets_total")):
+        lo = {lb["ifName"]: v for n, lb, v in lab.snmpd_before if n == obj}
+        hi = {lb["ifName"]: v for n, lb, v in after if n == obj}
+        for port in lo:
+            values = stored[(metric, port, None)]
+            assert all(lo[port] <= v <= hi[port] for v in values), (obj, port, lo[port], values, hi[port])
+            checked += 1
+    assert checked >= 2
+    oper = {lb["ifName"]: v for n, lb, v in after if n == "ifOperStatus"}
+    assert {p: stored[("port_oper_up", p, None)][-1] for p in oper} == {p: float(v == 1) for p, v in oper.items()}
+    with lab.db.connect() as conn:  # Counter64: the series keep their width
+        assert conn.execute(text("SELECT DISTINCT counter_bits FROM series s JOIN devices d ON d.id = s.device_id "
+                                 "WHERE d.name = 'snmpd-box' AND s.metric = 'port_rx_bytes_total'")).all() == [(64,)]
