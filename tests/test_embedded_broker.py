@@ -39,4 +39,7 @@ def test_a_queue_another_process_created_first_is_read_not_a_crash(db_url: str,
         assert queue.name == "fw-race"
     with rival.connect() as c:
         assert c.execute(text("SELECT count(*) FROM kombu_queue WHERE name = 'fw-race'")).scalar_one() == 1
+        # the closed channel left no transaction open behind it (one blocked the next test's TRUNCATE)
+        assert c.execute(text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                              "AND state LIKE 'idle in transaction%'")).scalar_one() == 0
     rival.dispose()
