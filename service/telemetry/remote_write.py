@@ -22,15 +22,13 @@ import numpy as np
 from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 from prometheus_client import Counter as PromCounter
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from service.telemetry import remote_write_columns as columns
 from service.telemetry.exporters import Mapper, MapResult
-from service.telemetry.exporters.mapper import SeriesKey
-from service.telemetry.ingest import _MAX_TS_MS, _MIN_TS_MS, Ingestor, IngestReport, timestamp_problem
-from service.telemetry.promtext import PromBlock
+from service.telemetry.exporters.store import store_mapped
+from service.telemetry.ingest import _MAX_TS_MS, _MIN_TS_MS, IngestReport, timestamp_problem
 from service.telemetry.remote_write_pb2 import Label, LabelSet, RawWriteRequest
-from service.telemetry.samples import Sample
 
 REMOTE_WRITE_SAMPLES = PromCounter(
     "fabricwatch_remote_write_samples", "Remote-write samples received, by outcome: stored, duplicate, or "
@@ -190,43 +188,6 @@ class Totals:
 MAPPER = Mapper()
 
 
-def _store(conn: Connection, mapped: MapResult, batch_rows: int, mapper: Mapper
-           ) -> tuple[IngestReport, list[SeriesKey]]:
-    """Store mapped rows in the caller's transaction. Rows go the way of the text import (one block of
-    columns, series resolved by their exposition text, which this process remembers between requests),
-    except rows of series with a counter width (SNMP Counter32, saturating IB counters) not yet stored
-    by this process: those go sample by sample, so a new series is created with its width. Returns the
-    report and those series, for the mapper to note once the transaction commits."""
-    ingestor = Ingestor(conn, batch_rows=batch_rows)
-    plain, widths = [], []
-    for r in mapped.rows:
-        if (r.counter_bits is None and not r.saturating) or mapper.width_known(r.key):
-            plain.append(r)
-        else:
-            widths.append(r)
-    texts: list[str] = []
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    if mapped.block is not None:
-        texts += mapped.block.texts
-        parts.append((mapped.block.codes, mapped.block.ts_ms, mapped.block.values))
-    if plain:
-        counts = np.fromiter((len(r.points) for r in plain), np.int64, len(plain))
-        points = [p for r in plain for p in r.points]
-        ts = np.fromiter((p[0] for p in points), np.int64, len(points))
-        values = np.fromiter((p[1] for p in points), np.float64, len(points))
-        parts.append((np.repeat(np.arange(len(texts), len(texts) + len(plain), dtype=np.int32), counts), ts, values))
-        texts += [r.text for r in plain]
-    if texts:
-        codes, ts, values = (np.concatenate(c) for c in zip(*parts, strict=True))
-        block = PromBlock(first_line=1, texts=texts, codes=codes, values=values, ts_ms=ts)
-        ingestor.add_prom_blocks([block], 0, source="remote write")
-    for r in widths:
-        metric, device, port, lane, prio, gpu = r.key
-        for t, v in r.points:
-            ingestor.add(Sample(metric, v, t, device, port, lane, prio, gpu, r.counter_bits, r.saturating))
-    return ingestor.finish(), [r.key for r in widths]
-
-
 TOTALS = Totals()
 
 
@@ -261,7 +222,7 @@ def write(engine: Engine, raw: bytes, req: RawWriteRequest | None = None, *, bat
         _check_ts(cols.ts_ms, lambda at: dict(labels_of_set(cols.keys[int(who[at])])).get("__name__", "?"))
         with engine.begin() as conn:
             mapped = mapper.map_columns(conn, cols.keys, cols.counts, cols.ts_ms, cols.values, labels_of_set)
-            stored, widths = _store(conn, mapped, batch_rows, mapper)
+            stored, widths = store_mapped(conn, mapped, mapper, batch_rows=batch_rows, source="remote write")
     else:  # another layout (exemplars, histograms, field order): message by message
         assert req is not None
         series = []
@@ -274,7 +235,7 @@ def write(engine: Engine, raw: bytes, req: RawWriteRequest | None = None, *, bat
             series.append((key, samples))
         with engine.begin() as conn:
             mapped = mapper.map_keyed(conn, series, labels)
-            stored, widths = _store(conn, mapped, batch_rows, mapper)
+            stored, widths = store_mapped(conn, mapped, mapper, batch_rows=batch_rows, source="remote write")
     mapper.widths_stored(widths)  # committed
     report = WriteReport(mapped, stored, histograms)
     REMOTE_WRITE_SAMPLES.labels("stored").inc(stored.written)

@@ -7,14 +7,17 @@ resolved against the inventory. One documented file per exporter:
 - gnmic.py: gnmic's Prometheus output (OpenConfig and vendor leaves)
 - native.py: series already named after the catalogue
 
-Entry points (mapper.py): `Mapper().map(conn, series) -> MapResult` for batches (remote write,
-a scrape), `match_series(labels)` for what one label set maps to before the inventory.
+Entry points: `Mapper().map(conn, series) -> MapResult` for batches (remote write, a scrape),
+`match_series(labels)` for what one label set maps to before the inventory (mapper.py);
+`ingest_series(engine, mapper, series)` maps and stores a batch in one transaction, `store_mapped` stores
+a MapResult in the caller's (store.py).
 docs/ecosystem.md has the tables and what stays unmapped.
 """
 
 from service.telemetry.exporters.base import DeviceKind, Match, PortBy, Reason, Unmapped
 from service.telemetry.exporters.mapper import Mapper, MapResult, match_series
 from service.telemetry.exporters.resolve import InventoryIndex
+from service.telemetry.exporters.store import ingest_series, store_mapped
 
 __all__ = ["DeviceKind", "InventoryIndex", "MapResult", "Mapper", "Match", "PortBy", "Reason", "Unmapped",
-           "match_series"]
+           "ingest_series", "match_series", "store_mapped"]
