@@ -88,8 +88,12 @@ def bench_store(days: float, url: str) -> None:
         text_rate = text.samples / text.seconds
         seen: list[StoreEstimate] = []
         t = time.perf_counter()
+        def report(steps: int, samples: int) -> None:  # a line a simulated day, to follow a long run
+            if steps % 1440 == 0:
+                print(f"  ... {steps // 1440} d, {samples:,} samples, {time.perf_counter() - t:.0f} s", flush=True)
+
         r = generate_into_store(get_engine(target), sc, "2025-01-01T00:00:00Z", f"{days * 24:g}h", "60s",
-                                confirm=lambda e: seen.append(e) or True)
+                                confirm=lambda e: seen.append(e) or True, progress=report)
         wall = time.perf_counter() - t
         with psycopg.connect(target) as conn:
             chunks = conn.execute("SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0), "

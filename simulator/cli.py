@@ -73,8 +73,9 @@ def topology(
 
 # Above this, `generate` asks before writing (or, not on a terminal, wants --yes).
 CONFIRM_ABOVE_BYTES = 1_000_000_000
-# What --store costs a sample on disk, for the hint beside a large text run (bench/sim_generate.py --store)
-STORE_BYTES_PER_SAMPLE = 2.0
+# What --store costs a sample on disk (bench/sim_generate.py --store: 2.99 B for a week of 64 hosts), for the
+# hint beside a large text run
+STORE_BYTES_PER_SAMPLE = 3.0
 
 
 def _interactive() -> bool:
