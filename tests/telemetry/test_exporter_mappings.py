@@ -188,3 +188,44 @@ def test_a_scrape_maps_and_stores_in_one_go(inv: Engine) -> None:
                                  "ORDER BY 1, 2")).all()
     assert [tuple(r) for r in rows] == [("gpu_last_xid", 0, 0.0), ("gpu_last_xid", 1, 0.0),
                                         ("gpu_temperature_celsius", 0, 36.0), ("gpu_temperature_celsius", 1, 31.0)]
+
+
+def _node_exporter_name(stat: str) -> str:
+    """node_exporter's name for an `ethtool -S` counter (collector/ethtool_linux.go): non-alphanumerics as
+    `_`, lowered, leading `_` dropped, `rx`/`tx` words spelt out; seven pre-declared ones end in `_total`."""
+    import re
+
+    predeclared = {"rx_bytes": "received_bytes_total", "rx_dropped": "received_dropped_total",
+                   "rx_errors": "received_errors_total", "rx_packets": "received_packets_total",
+                   "tx_bytes": "transmitted_bytes_total", "tx_errors": "transmitted_errors_total",
+                   "tx_packets": "transmitted_packets_total"}
+    if stat in predeclared:
+        return "node_ethtool_" + predeclared[stat]
+    name = re.sub(r"_*[^0-9A-Za-z_]+_*", "_", stat).lower().lstrip("_")
+    name = re.sub(r"(^|_)rx(_|$)", r"\1received\2", name)
+    name = re.sub(r"(^|_)tx(_|$)", r"\1transmitted\2", name)
+    return "node_ethtool_" + name
+
+
+@pytest.mark.parametrize("capture", ["cn_notes_mlx5_100G_fec_lane_errors_ethtool_S_COMMENTS_STRIPPED.txt",
+                                     "lore_bpf_20240619_mlx5_kernel5.15_xdp_nonzero_ethtool_S.txt",
+                                     "showmax_i40e_fw8.60_rhel8_sfp10gsr_ethtool_S.txt", "ethq_ice_ethtool_S.txt",
+                                     "cn_notes_ixgbe_ethtool_S_EXCERPT_queue_lines_left_out.txt",
+                                     "mlxsw_spectrum_swp31_per_prio_pause_ethtool_S.txt"])
+def test_node_exporter_ethtool_maps_as_the_host_agent_parses(inv: Engine, capture: str) -> None:
+    """A real `ethtool -S` capture as node_exporter's ethtool collector would name it maps to what the host
+    agent's own parser makes of the capture: same metrics, priorities, lanes, units (pause µs -> s)."""
+    from collectors.host.ethtool_stats import iter_counters, parse_ethtool_stats
+
+    text_ = (REAL / "ethtool_stats" / capture).read_text()
+    series, names = [], set()
+    for _line, stat, value, queue in iter_counters(text_, capture):
+        name = _node_exporter_name(stat)
+        if queue is None and name not in names:  # per-queue `[N]:` lines have no node_exporter name
+            names.add(name)
+            series.append(({"__name__": name, "device": "eth0", "instance": "10.0.1.1:9100"}, [(TS, float(value))]))
+    res = _map(inv, series)
+    agent = parse_ethtool_stats(text_, device="gpu-a01", port="eth0", ts_ms=TS, source=capture)
+    key = lambda s: (s.metric, s.priority, s.lane)  # noqa: E731
+    assert {key(s): s.value for s in res.samples} == pytest.approx({key(s): s.value for s in agent})
+    assert len(agent) >= 8
