@@ -2,8 +2,9 @@
 
 The encodings are array transforms, the coding is zstd (pyarrow's codec, already a dependency):
 
-- times (microseconds since the Unix epoch): a constant step is kept as (first, step, n); anything
-  else as delta-of-delta, zigzagged, byte-stream-split, zstd.
+- times (microseconds since the Unix epoch, or milliseconds when every one is a whole millisecond, as
+  polls stamp them): a constant step is kept as (first, step, n); anything else as delta-of-delta,
+  zigzagged, byte-stream-split, zstd.
 - values: if every value is a whole number of 10^-k (k <= 6, checked to decode bit for bit),
   the scaled integers as deltas (counters, states, two-decimal gauges), else the float64 bits
   XORed with the previous value's (Gorilla's idea: close values share sign, exponent and the top of
@@ -29,6 +30,7 @@ _HEAD = struct.Struct("<BBHIqq")
 _LEN = struct.Struct("<I")
 _CONST_STEP = 1  # flags: times are first + i * step
 _SCALED = 2      # flags: values are integers / 10**k, as deltas; else XORed float bits
+_MS = 4          # flags: times (and step) are in milliseconds: every one is a whole millisecond
 _MAX_EXACT = 2.0 ** 53
 _ZSTD = pa.Codec("zstd", compression_level=9)
 
@@ -91,10 +93,13 @@ def encode(ts_us: np.ndarray, values: np.ndarray) -> bytes:
         raise ValueError(f"a chunk needs matching, non-empty times and values (got {n} and {len(values)})")
     ts_us = np.asarray(ts_us, np.int64)
     values = np.ascontiguousarray(values, np.float64)
-    steps = np.diff(ts_us)
-    if n > 1 and steps.min() <= 0:
+    if n > 1 and np.diff(ts_us).min() <= 0:
         raise ValueError("chunk times must be strictly increasing")
-    flags, step = 0, int(steps[0]) if n > 1 else 0
+    flags = 0
+    if not (ts_us % 1000).any():  # polls stamp milliseconds: jitter in ms takes 10 bits less than in us
+        ts_us, flags = ts_us // 1000, _MS
+    steps = np.diff(ts_us)
+    step = int(steps[0]) if n > 1 else 0
     times = b""
     if n < 2 or (steps == step).all():
         flags |= _CONST_STEP
@@ -135,6 +140,8 @@ def decode(data: bytes | memoryview) -> tuple[np.ndarray, np.ndarray]:
         ts[0] = first
         np.cumsum(np.cumsum(_unzigzag(dod)[1:]), out=ts[1:])
         ts[1:] += first
+    if flags & _MS:
+        ts *= 1000
     body, at = _unpack(view, at, n)
     if flags & _SCALED:
         values = np.cumsum(_unzigzag(body)).astype(np.float64) / 10.0 ** k

@@ -51,6 +51,14 @@ def test_regular_counters_take_few_bytes() -> None:
     assert len(encode(ts, values)) < 360 * 2
 
 
+def test_poll_times_in_whole_milliseconds_take_under_a_byte() -> None:
+    """Polls stamp milliseconds: a few ms of jitter on a 10 s step is kept in ms, not in us (10 bits less)."""
+    jitter = np.random.default_rng(2).integers(0, 8, 360) * 1000
+    ts = T0 + np.arange(360, dtype=np.int64) * 10_000_000 + jitter
+    data = encode(ts, np.ones(360))
+    assert len(data) < 360 and np.array_equal(decode(data)[0], ts)
+
+
 def test_bad_input_and_bad_chunks() -> None:
     ts = T0 + np.arange(4, dtype=np.int64)
     with pytest.raises(ValueError, match="strictly increasing"):
