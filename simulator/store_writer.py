@@ -359,7 +359,7 @@ class _Writer:
                  run: CompressRun) -> None:
         self.raw, self.targets, self.hot_ms, self.run = raw, targets, hot_ms, run
         self.stored = self.chunk_samples = self.row_samples = self.row_duplicates = 0
-        self.rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.row_days: set[int] = set()  # UTC days (since 1970) of the hot-window samples staged
         self.days: set[date] = set()
 
     def flush(self, buf: _Buffer, cut_ms: int | None = None) -> None:
@@ -395,7 +395,7 @@ class _Writer:
                         self.run.duplicates += dups
                     hot = s.ts_us >= self.hot_ms * 1000
                     if hot.any():
-                        self.rows.append((s.sid[hot], s.ts_us[hot] // 1000, s.value[hot]))
+                        self._stage_rows(cur, s.sid[hot], s.ts_us[hot] // 1000, s.value[hot])
                         self.row_samples += int(hot.sum())
                         s = s.take(np.flatnonzero(~hot))
                     if len(s):
@@ -414,18 +414,21 @@ class _Writer:
                 buf.vals[metric][:, 0] = col
             buf.n, buf.t = 1, [buf_t_last]
 
-    def finish(self) -> None:
-        """The hot-window samples into sample_rows (a sample stored before keeps its reading)."""
-        if not self.rows:
-            return
-        sid, ts_ms, value = (np.concatenate(c) for c in zip(*self.rows, strict=True))
-        with self.raw.cursor() as cur:
-            create_partitions(cur, sorted({datetime.fromtimestamp(int(d) * _DAY_S, UTC).date()
-                                           for d in np.unique(ts_ms // (_DAY_S * 1000)).tolist()}))
+    def _stage_rows(self, cur: psycopg.Cursor[Any], sid: np.ndarray, ts_ms: np.ndarray, value: np.ndarray) -> None:
+        """Hot-window samples wait in a temp table (not in memory: an hour of a large fabric is GBs)."""
+        if not self.row_days:
             cur.execute("CREATE TEMP TABLE sim_rows_stage (series_id int, ts timestamptz, value float8) "
                         "ON COMMIT DROP")
-            with cur.copy("COPY sim_rows_stage FROM STDIN (FORMAT BINARY)") as cp:
-                cp.write(HEADER + pack_rows(sid, ts_ms, value) + TRAILER)
+        self.row_days.update(np.unique(ts_ms // (_DAY_S * 1000)).tolist())
+        with cur.copy("COPY sim_rows_stage FROM STDIN (FORMAT BINARY)") as cp:
+            cp.write(HEADER + pack_rows(sid, ts_ms, value) + TRAILER)
+
+    def finish(self) -> None:
+        """The hot-window samples into sample_rows (a sample stored before keeps its reading)."""
+        if not self.row_days:
+            return
+        with self.raw.cursor() as cur:
+            create_partitions(cur, [datetime.fromtimestamp(d * _DAY_S, UTC).date() for d in sorted(self.row_days)])
             cur.execute("INSERT INTO sample_rows (series_id, ts, value) SELECT * FROM sim_rows_stage "
                         "ON CONFLICT DO NOTHING")
             written = cur.rowcount
