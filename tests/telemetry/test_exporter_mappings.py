@@ -229,3 +229,54 @@ def test_node_exporter_ethtool_maps_as_the_host_agent_parses(inv: Engine, captur
     key = lambda s: (s.metric, s.priority, s.lane)  # noqa: E731
     assert {key(s): s.value for s in res.samples} == pytest.approx({key(s): s.value for s in agent})
     assert len(agent) >= 8
+
+
+@pytest.mark.parametrize("tree", ["procfs_fixtures_infiniband_tree", "node_exporter_fixtures_infiniband_tree"])
+def test_real_node_exporter_infiniband_maps_as_the_host_agent_reads_sysfs(db: Engine, tree: str) -> None:
+    """The real node_exporter reads a real sysfs tree (prometheus/procfs and node_exporter fixtures: mlx5, mlx4,
+    hfi1, i40iw); its node_infiniband_* map onto the ports whose `nic` they name, with the values the host
+    agent reads from the same tree (bytes from 4-octet words, the saturated 32-bit PortXmitWait)."""
+    import shutil
+    import subprocess
+    import time
+
+    import httpx
+
+    from collectors.host.rdma_sysfs import read_rdma_sysfs
+    from tests.live_api import free_tcp_port
+
+    root = REAL / "rdma_sysfs" / tree
+    ports = sorted({f"{d.name}/{p.name}" for d in (root / "sys/class/infiniband").iterdir()
+                    for p in (d / "ports").iterdir()})
+    inventory = {"devices": [{"name": "ib-host", "kind": "host", "role": "host", "mgmt_address": "10.0.3.1",
+                              "ports": [{"name": f"ib{i}", "nic": nic} for i, nic in enumerate(ports)]}]}
+    with Session(db) as session:
+        upsert_inventory(session=session, inventory=Inventory.model_validate(inventory))
+        session.commit()
+    exe = shutil.which("prometheus-node-exporter")
+    assert exe, "install the Debian package prometheus-node-exporter"
+    port = free_tcp_port()
+    proc = subprocess.Popen([exe, f"--web.listen-address=127.0.0.1:{port}", "--collector.disable-defaults",
+                             "--collector.infiniband", f"--path.sysfs={root / 'sys'}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                text_ = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    series = [({**dict(pl.labels), "__name__": pl.name, "instance": "10.0.3.1:9100"}, [(TS, pl.value)])
+              for pl in parse_lines(text_.splitlines(), "node_exporter") if pl.name.startswith("node_infiniband_")]
+    res = _map(db, series)
+    by_nic = {f"ib{i}": nic for i, nic in enumerate(ports)}
+    got = {(by_nic[s.port], s.metric): s.value for s in res.samples}
+    agent = {(s.port, s.metric): s.value for s in read_rdma_sysfs(root, device="ib-host", ts_ms=TS)}
+    assert len(got) >= (30 if tree.startswith("procfs") else 12)
+    assert got == {k: agent[k] for k in got}
+    assert res.unmapped.get(Reason.UNKNOWN_PORT, 0) == 0 and res.unmapped.get(Reason.UNKNOWN_INSTANCE, 0) == 0
+    if tree.startswith("node_exporter"):
+        assert got[("mlx4_0/1", "port_xmit_wait_ticks_total")] == 4294967295.0  # saturated, kept as read
