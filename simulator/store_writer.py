@@ -42,7 +42,7 @@ from service.telemetry.copy_format import HEADER, TRAILER, pack_rows
 from service.telemetry.ingest import SeriesKey, resolve_series
 from service.telemetry.partitions import chunk_partition_name, create_partitions
 from service.telemetry.store import Samples, merge
-from simulator.generate import resolve_range
+from simulator.generate import BlockText, resolve_range, write_frame
 from simulator.scenarios import Scenario, TimeSpec, load_scenario
 from simulator.telemetry import PRIORITY, Block, FabricSim, Frame, make_sim, resolve_inventory, timeline
 
@@ -244,7 +244,7 @@ def _check_schema(cur: psycopg.Cursor[Any]) -> None:
 
 
 def _text_bytes_per_step(sim: FabricSim, frame: Frame) -> int:
-    from simulator.generate import BlockText, write_frame
+    """What the text writer would write for this step."""
 
     class _Count:
         size = 0
@@ -278,6 +278,8 @@ def generate_into_store(engine: Engine, scenario_file: str | Path | Scenario, st
     hot_from = _hot_from(now, hot_s)
     hot_ms = int(hot_from.timestamp() * 1000)
     times = list(timeline(t0, t1, dt))
+    if not times:
+        raise ValueError(f"the range holds no step: it is shorter than the step ({dt:g} s)")
     series_total = sum(len(b.ports) for b in sim.blocks)
     cap = max(2, min(len(times), int(memory_bytes // max(8 * series_total, 1)), int(np.ceil(_DAY_S / dt)) + 1))
     clock = time.perf_counter()

@@ -157,6 +157,9 @@ def test_bad_input_is_one_line_and_writes_nothing(db: Engine, db_url: str, scena
     assert code == 2 and output.startswith("error: ") and "none.yaml: No such file or directory" in output
     assert len(output.strip().splitlines()) == 1
 
+    code, output = _run(db_url, "--scenario", str(scenario), "--to", "30s")
+    assert code == 2 and output.startswith("error: the range holds no step") and "nothing was written" in output
+
     code, output = _run("", "--scenario", str(scenario))
     assert code == 2 and "--store needs FABRICWATCH_DATABASE_URL" in output
 
