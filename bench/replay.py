@@ -1,22 +1,26 @@
 """Replay benchmark (#22 item 2): a backtest over bulk-imported history, streamed against per-window reads.
 
-    python bench/replay.py prepare [--days 7]          # simulate + import the history into a kept database
-    python bench/replay.py run [--days 7] [--anchor-hours 2] [--compress]
+    python bench/replay.py prepare [--days 7] [--one-import]   # simulate + import into a kept database
+    python bench/replay.py run [--days 7] [--anchor-hours 2] [--compress] [--read-only] [--no-alerts]
 
 The history: a 24-switch, 320-port rail-optimized fabric (20 hosts x 4 NICs, 4 spines), the simulator's
 physical metric mix with counters polled every 5 minutes and optics every 15 (bench/detection_eval.py's
-sparsest cadence cell), imported one simulated day per `import_prometheus` call (bulk history: the samples
-land as per-series day blocks). It is kept in the database `fw_replay_bench` between runs.
+sparsest cadence cell), imported one simulated day per `import_prometheus` call: the first import creates the
+series and stores their day as per-series blocks, later days of existing series land as rows. With
+`--one-import` the whole history is one import, all of it per-series day blocks. It is kept in the database
+`fw_replay_bench` between runs.
 
 `run` measures, in one process and one run:
+0. the read alone: the replay's reader over the whole history, no engine (wall, and CPU here and in the
+   PostgreSQL backend, read from /proc: the bench and the server on one machine);
 1. streamed: `backtest` over the whole history at a 60 s step (service/detection/replay.py reads each stored
-   sample once, a day at a time); samples of stored history per second and the wall time;
+   sample once, a day at a time); samples of stored history per second, wall and CPU time;
 2. anchor: the per-window path (one `read_samples` query per cycle, as before), over the first
    `--anchor-hours` of the same history (it is too slow for the whole week), as seconds per cycle and that
    rate extrapolated to the week;
 and checks that the streamed and per-window cycles gave the same findings on the anchor's range.
-With `--compress` the rows and blocks are first moved into compressed chunks (rollups, then
-`run_compression`), and the same is measured over chunks.
+With `--compress` the blocks are first moved into compressed chunks (`run_compression` run to the end; this
+changes the kept database: `prepare` again for blocks), and the same is measured over chunks.
 Not a test: the figures go into docs/benchmarks.md.
 """
 
@@ -54,7 +58,7 @@ def _url(server: str, name: str) -> str:
     return server.rsplit("/", 1)[0] + "/" + name
 
 
-def prepare(server: str, days: int) -> None:
+def prepare(server: str, days: int, one_import: bool) -> None:
     import psycopg
     from sqlalchemy import text
     from sqlalchemy.orm import Session
@@ -82,7 +86,9 @@ def prepare(server: str, days: int) -> None:
     sim = make_sim(inv, sc, T0)
     texts = {b.metric: BlockText(b, sim.m) for b in sim.blocks}
     clock, n = time.perf_counter(), 0
-    for day in range(days):
+
+    def day_text(day: int) -> bytes:
+        nonlocal n
         buf = io.StringIO()
         for t in timeline(T0 + day * 86400, T0 + (day + 1) * 86400 - COUNTERS_S, COUNTERS_S):
             frame = sim.step(t, COUNTERS_S)
@@ -91,11 +97,19 @@ def prepare(server: str, days: int) -> None:
                     del frame.values[name]
                     frame.keep.pop(name, None)
             n += write_frame(sim, texts, frame, buf)
-        import_prometheus(engine=engine, chunks=[buf.getvalue().encode()], source=f"day{day}")
         print(f"day {day + 1}/{days}: {n:,} samples, {time.perf_counter() - clock:.0f} s", flush=True)
+        return buf.getvalue().encode()
+
+    if one_import:  # every series created by this import: all of it lands as per-series day blocks
+        import_prometheus(engine=engine, chunks=(day_text(d) for d in range(days)), source="history")
+    else:  # the first day creates the series (blocks); later imports of existing series land as rows
+        for day in range(days):
+            import_prometheus(engine=engine, chunks=[day_text(day)], source=f"day{day}")
     with engine.begin() as c:
         c.execute(text("ANALYZE"))
-    print(f"prepared {DB}: {sim.m.P} ports, {n:,} samples over {days} days")
+    with engine.connect() as c:
+        blocks = c.execute(text("SELECT count(*) FROM sample_blocks")).scalar_one()
+    print(f"prepared {DB}: {sim.m.P} ports, {n:,} samples over {days} days; {blocks:,} blocks")
 
 
 def _rss_mib() -> float:
@@ -140,7 +154,7 @@ def compress_all(engine: Any, days: int) -> None:
     print(f"compressed into chunks in {time.perf_counter() - clock:.0f} s")
 
 
-def run(server: str, days: int, anchor_hours: float, compress: bool, alerts: bool) -> None:
+def run(server: str, days: int, anchor_hours: float, compress: bool, alerts: bool, read_only_pass: bool) -> None:
     from sqlalchemy import text
 
     from service.db import get_engine
@@ -155,13 +169,14 @@ def run(server: str, days: int, anchor_hours: float, compress: bool, alerts: boo
         chunks = c.execute(text("SELECT count(*) FROM sample_chunks")).scalar_one()
         blocks = c.execute(text("SELECT count(*) FROM sample_blocks")).scalar_one()
         ports = c.execute(text("SELECT count(*) FROM ports")).scalar_one()
+        rows = c.execute(text("SELECT count(*) FROM sample_rows")).scalar_one()
     cfg, step = Config(), 60_000
     a = int(T0 * 1000) + cfg.initial_lookback_ms + cfg.lateness_ms  # the first read starts at T0
     b = int(T0 * 1000) + days * 86_400_000
     cycles = (b - a) // step + 1
     print(f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f} at start; {ports} ports; {blocks:,} blocks, {chunks:,} chunks; "
-          f"{days} days at {step // 1000} s: {cycles:,} cycles")
+          f"load average {os.getloadavg()[0]:.1f} at start; {ports} ports; {rows:,} rows, {blocks:,} blocks, "
+          f"{chunks:,} chunks; {days} days at {step // 1000} s: {cycles:,} cycles")
 
     # the read alone: the stored samples the replay covers, a day at a time
     server_cpu: list[float] = []
@@ -184,6 +199,8 @@ def run(server: str, days: int, anchor_hours: float, compress: bool, alerts: boo
     print(f"read only: {n:,} stored samples in {wall:.1f} s ({n / wall / 1e6:.2f} M samples/s); CPU {cpu:.1f} s here "
           f"+ {server_cpu[0]:.1f} s in the PostgreSQL backend = {n / both / 1e6:.2f} M samples per CPU second")
 
+    if read_only_pass:
+        return
     clock = time.perf_counter()
 
     def progress(at_ms: int, _: list) -> None:
@@ -227,13 +244,16 @@ def main() -> None:
     ap.add_argument("--anchor-hours", type=float, default=2.0)
     ap.add_argument("--compress", action="store_true",
                     help="first move the kept history into compressed chunks (run `prepare` again for blocks)")
+    ap.add_argument("--one-import", action="store_true",
+                    help="prepare: the whole history in one import (all blocks) instead of one import per day")
+    ap.add_argument("--read-only", action="store_true", help="only the read pass (no backtest, no anchor)")
     ap.add_argument("--no-alerts", dest="alerts", action="store_false",
                     help="skip the replay_alerts (CLI path) measurement")
     args = ap.parse_args()
     if args.what == "prepare":
-        prepare(args.server, args.days)
+        prepare(args.server, args.days, args.one_import)
     else:
-        run(args.server, args.days, args.anchor_hours, args.compress, args.alerts)
+        run(args.server, args.days, args.anchor_hours, args.compress, args.alerts, args.read_only)
 
 
 if __name__ == "__main__":
