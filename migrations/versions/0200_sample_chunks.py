@@ -19,7 +19,8 @@ compressed time (before the chunk watermark), each series' 5-minute rollup `last
 trends span the whole range. The `samples` view stays rows and blocks.
 
 `chunk_watermark.done_until`: every hour before it has been compressed (rows written later into
-those hours are late rows, merged when their day closes).
+those hours are late rows, merged when their day closes); `compacted_until`: every day before it has
+one chunk per series (a day's hourly chunks are merged once the day is wholly compressed).
 
 Revision ID: 0200
 Revises: 0190
@@ -127,6 +128,7 @@ CREATE TABLE sample_chunks (
 CREATE TABLE chunk_watermark (
   id bool PRIMARY KEY DEFAULT true CHECK (id),
   done_until timestamptz NOT NULL,
+  compacted_until timestamptz,
   updated_at timestamptz NOT NULL DEFAULT now()
 )""")
     # read-only for Grafana like the other sample tables (migration 0150)

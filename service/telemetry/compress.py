@@ -17,7 +17,9 @@ all chunks, and the next run goes on from there. Memory is bounded by the batch 
 Late rows: rows that arrive for an hour already compressed stay rows, read with the chunks by every
 reader (service/telemetry/store.py), until their day closes: then the day's remaining rows are merged
 into its chunks (a duplicate of a chunk's sample is dropped, the chunk's reading kept) and the day's
-partition, empty, is truncated (its disk space back at once, without a vacuum). Import blocks ending
+partition, empty, is truncated (its disk space back at once, without a vacuum). Once a day lies wholly
+before the watermark, its hourly chunks are merged into one per series (`compacted_until`): a chunk's
+row, key and zstd frame cost about 0.8 byte per sample at an hour of 10 s samples. Import blocks ending
 before the cutoff become chunks the same way.
 
 After a run, what it wrote is analyzed and its BRIN ranges summarized, and the row partitions it
@@ -44,7 +46,7 @@ from service.telemetry.partitions import (
     existing_partitions,
     partition_name,
 )
-from service.telemetry.store import Samples, copy_out, merge, per_series
+from service.telemetry.store import Samples, copy_out, copy_rows_and_chunks, merge, per_series
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -65,6 +67,7 @@ class CompressRun:
     remerged: int = 0     # samples of existing chunks encoded again with late rows
     duplicates: int = 0   # rows dropped as repeats of a sample a chunk holds
     blocks: int = 0       # import-block samples among `samples`
+    compacted: int = 0    # hourly chunks of closed days merged into one per series and day
     days_closed: list[str] = field(default_factory=list)
     done_until: datetime | None = None
     busy: bool = False
@@ -176,6 +179,24 @@ def _move(engine: Engine, query: str, params: dict[str, Any], run: CompressRun, 
             run.samples += len(new)
             if blocks:
                 run.blocks += len(new)
+    run.batches += 1
+
+
+def _compact(engine: Engine, partition: str, a: int, b: int, run: CompressRun) -> None:
+    """One batch, one transaction: the day's chunks of series a..b that have more than one, as one each."""
+    with engine.begin() as conn, _raw(conn).cursor() as cur:
+        _, chunks = copy_rows_and_chunks(cur, (
+            f"DELETE FROM {partition} WHERE series_id IN (SELECT series_id FROM {partition} "
+            "WHERE series_id BETWEEN %(a)s AND %(b)s GROUP BY 1 HAVING count(*) > 1) "
+            "RETURNING series_id, NULL::timestamptz[], NULL::float8[], data"), {"a": a, "b": b})
+        if chunks:
+            parts = [(sid, *decode(data)) for sid, data in chunks]
+            got = Samples(np.concatenate([np.full(len(ts), sid, np.int64) for sid, ts, _ in parts]),
+                          np.concatenate([ts for _, ts, _ in parts]), np.concatenate([v for _, _, v in parts]))
+            new, dups = merge(Samples.empty(), got)
+            run.duplicates += dups
+            run.compacted += len(chunks)
+            write_chunks(cur, new, run)
     run.batches += 1
 
 
@@ -291,7 +312,29 @@ def _run(engine: Engine, run: CompressRun, *, now: datetime, hot_s: float, batch
             if not isinstance(exc.orig, psycopg.errors.LockNotAvailable):
                 raise
             run.complete = False
-    # 3. import blocks that end before the cutoff
+    # 3. days wholly before the watermark: a chunk per series and day instead of one per hour
+    if run.done_until is not None:
+        with engine.begin() as conn:
+            compacted = conn.execute(text("SELECT compacted_until FROM chunk_watermark")).scalar_one_or_none()
+            chunk_days = existing_partitions(conn, "sample_chunks")
+        for day, name in sorted(chunk_days.items()):
+            day_start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+            if day_start + DAY > done:
+                break
+            if compacted is not None and day_start < compacted:
+                continue
+            with engine.begin() as conn, _raw(conn).cursor() as cur:
+                ids = [r[0] for r in cur.execute(f"SELECT series_id FROM {name} GROUP BY 1 HAVING count(*) > 1 "
+                                                 "ORDER BY 1")]
+                batches = _series_batches(cur, max(1, batch_series // 24), ids) if ids else []
+            for a, b in batches:
+                if not budget():
+                    return _finish(engine, run, touched, written)
+                _compact(engine, name, a, b, run)
+            written.add(day)
+            with engine.begin() as conn:
+                conn.execute(text("UPDATE chunk_watermark SET compacted_until = :t"), {"t": day_start + DAY})
+    # 4. import blocks that end before the cutoff
     with engine.begin() as conn, _raw(conn).cursor() as cur:
         block_batches = _series_batches(cur, max(1, batch_series // 24), block_ids) if block_ids else []
     for a, b in block_batches:

@@ -210,6 +210,7 @@ class ChunkWatermark(Base):
     __tablename__ = "chunk_watermark"
     id: Mapped[bool] = mapped_column(Boolean, primary_key=True, server_default=text("true"))
     done_until: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    compacted_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # one chunk per day before
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=text("now()"))
     __table_args__ = (CheckConstraint("id", name="chunk_watermark_id_check"),)
 

@@ -110,8 +110,10 @@ def parse_copy(buf: bytes | bytearray | memoryview) -> tuple[Samples, list[tuple
     return rows, chunks
 
 
-def _copy(cur: psycopg.Cursor[Any], query: str, params: dict[str, Any] | list[Any] | None
-          ) -> tuple[Samples, list[tuple[int, bytes]]]:
+def copy_rows_and_chunks(cur: psycopg.Cursor[Any], query: str, params: dict[str, Any] | list[Any] | None
+                         ) -> tuple[Samples, list[tuple[int, bytes]]]:
+    """Run `COPY (query) TO STDOUT` in binary; the query returns (series_id, ts[], value[], data) rows
+    (`parse_copy`)."""
     buf = bytearray()
     with cur.copy(f"COPY ({query}) TO STDOUT (FORMAT BINARY)", params) as cp:
         for data in cp:
@@ -122,7 +124,7 @@ def _copy(cur: psycopg.Cursor[Any], query: str, params: dict[str, Any] | list[An
 def copy_out(cur: psycopg.Cursor[Any], query: str, params: dict[str, Any] | list[Any] | None = None) -> Samples:
     """Run `COPY (query) TO STDOUT` in binary; the query returns (series_id int, ts timestamptz[],
     value float8[]) rows (`per_series`)."""
-    return _copy(cur, query, params)[0]
+    return copy_rows_and_chunks(cur, query, params)[0]
 
 
 def per_series(rows: str) -> str:
@@ -172,7 +174,7 @@ def read_chunks(cur: psycopg.Cursor[Any], lo: datetime, hi: datetime, series_ids
                 ) -> Samples:
     """The chunk samples of [lo, hi] (sorted by series and time)."""
     params = {"day": _day_floor(lo), "lo": lo, "hi": hi, "sids": series_ids}
-    return _decoded(_copy(cur, _chunk_query(series_ids is not None), params)[1], lo, hi)
+    return _decoded(copy_rows_and_chunks(cur, _chunk_query(series_ids is not None), params)[1], lo, hi)
 
 
 def read_samples(conn: Connection | psycopg.Connection[Any], lo: datetime, hi: datetime,
@@ -185,7 +187,7 @@ def read_samples(conn: Connection | psycopg.Connection[Any], lo: datetime, hi: d
     query = (f"SELECT * FROM ({rows_sql}) a CROSS JOIN (SELECT NULL::bytea) b "
              f"UNION ALL {_chunk_query(series_ids is not None)}")
     with raw.cursor() as cur:  # type: ignore[union-attr]
-        rows, chunks = _copy(cur, query, {"day": _day_floor(lo), "lo": lo, "hi": hi, "sids": series_ids})
+        rows, chunks = copy_rows_and_chunks(cur, query, {"day": _day_floor(lo), "lo": lo, "hi": hi, "sids": series_ids})
     if len(rows) and (np.diff(rows.sid) < 0).any():  # each series' times are in order (array_agg's ORDER BY)
         rows = rows.take(np.argsort(rows.sid, kind="stable"))
     if not chunks:

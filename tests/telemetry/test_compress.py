@@ -119,8 +119,11 @@ def test_late_and_duplicate_samples_into_compressed_hours_are_merged(db: Engine)
     run = run_compression(db, now=END + timedelta(hours=1, minutes=10), hot_s=3600)
     assert run.samples == 1 and run.remerged == 24 * 60 and run.days_closed == ["samples_p20261102"]
     assert _count(db, "SELECT count(*) FROM sample_rows WHERE ts < '2026-11-03'") == 0
+    assert _count(db, "SELECT count(*) FROM sample_chunks_p20261103") == 4 * 12  # hourly until the day closes
     run = run_compression(db, now=datetime(2026, 11, 4, 1, 5, tzinfo=UTC), hot_s=3600)
     assert run.duplicates == 1 and run.days_closed == ["samples_p20261103"]
+    # the closed day's hourly chunks are one per series now (late rows and all)
+    assert run.compacted == 4 * 13 and _count(db, "SELECT count(*) FROM sample_chunks_p20261103") == 4  # 00-12:30
     assert _count(db, "SELECT count(*) FROM sample_rows") == 0
     assert _all(db) == expected
     # a series' chunks never overlap in time
