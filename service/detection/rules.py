@@ -294,8 +294,14 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
         fresh = (oper.last_ts > 0) & (f.at_ms - oper.last_ts <= cfg.max_gap_ms)
         admin_last = st.gauges["port_admin_up"].last
         admin_ok = np.where(np.isfinite(admin_last), admin_last >= 0.5, st.down_from_up)
+        # the far end must have been read since the run began (it may be the port someone shut: a missed poll
+        # there must not page), unless it never reports port state or has gone silent (two of its poll gaps)
+        q = np.maximum(fab.peer, 0)
+        peer_ts = np.maximum(oper.last_ts[q], st.gauges["port_admin_up"].last_ts[q])
+        peer_known = (peer_ts == 0) | (peer_ts >= st.down_since) | \
+            (f.at_ms - peer_ts >= np.maximum(2 * st.oper_gap[q], cfg.link_down_hold_ms))
         out.raw["link_down"] = ((st.down_since > 0) & (down_for >= cfg.link_down_hold_ms) & fresh
-                                & (fab.peer >= 0) & admin_ok & ~_t(f.peer_admin_up < 0.5))
+                                & (fab.peer >= 0) & admin_ok & ~_t(f.peer_admin_up < 0.5) & peer_known)
         out.score["link_down"] = np.where(st.down_since > 0, down_for / 60_000.0, 0.0)  # minutes down
         blk["link_down"][oper.last_ts == 0] = 13
         deg["link_down"] |= np.where(~np.isfinite(admin_last) & (oper.last_ts > 0), 1 << 4, 0).astype(np.uint16)

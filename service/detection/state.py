@@ -612,6 +612,8 @@ class FeatureState:
         # admin up (or admin unknown) when it started; 0: up, unknown, or down only because an end is admin-down
         self.down_since = np.zeros(P, np.int64)
         self.down_from_up = np.zeros(P, bool)          # that run began with an up -> down transition seen here
+        self.oper_gap = np.zeros(P, np.int64)          # ms between oper readings (the larger of the newest and half
+        #                                                the previous: an ON_CHANGE event does not make it a poll)
         self.pf_carry = np.zeros(P, bool)              # a post-FEC alert carries this port's optical episode
         # layer-1 results, refreshed at each trend bucket close and kept until the next
         self.lane_trend = {k: np.full(L, np.nan) for k in ("rx_slope", "rx_level", "ttt_warn", "ttt_alarm",
@@ -739,6 +741,8 @@ class FeatureState:
             self.down_since[off] = 0
             self.down_since[peer[(val < 0.5) & (peer >= 0)]] = 0
             return
+        prev = self.gauges["port_oper_up"].last_ts[idx]
+        self.oper_gap[idx] = np.where(prev > 0, np.maximum(ts - prev, self.oper_gap[idx] // 2), self.oper_gap[idx])
         oper = self.gauges["port_oper_up"].last[idx]
         went_down = (oper >= 0.5) & (val < 0.5)
         no_counter = ~self.counters["port_link_down_events_total"].seen()[idx] & \
@@ -801,6 +805,7 @@ class FeatureState:
                                     "wob_sum": self.wob_sum, "wob_n": self.wob_n,
                                     "flagged": self.flagged,
                                     "down_since": self.down_since, "down_from_up": self.down_from_up,
+                                    "oper_gap": self.oper_gap,
                                     "pf_carry": self.pf_carry,
                                     "flap_t": self.flaps.t}
         for m, t in self.gauges.items():

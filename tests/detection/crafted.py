@@ -6,7 +6,7 @@ import numpy as np
 
 from service.detection.engine import Engine
 from service.detection.findings import Finding
-from service.detection.state import NPRIO, Config, Fabric, FeatureState, thresholds_arrays
+from service.detection.state import AXIS, NPRIO, Config, Fabric, FeatureState, thresholds_arrays
 
 TH = {"rx_power_dbm": {"high_alarm": 5.0, "high_warning": 4.0, "low_warning": -4.9, "low_alarm": -6.9},
       "tx_power_dbm": {"high_alarm": 5.0, "high_warning": 4.0, "low_warning": -2.9, "low_alarm": -3.9},
@@ -75,8 +75,9 @@ class Driver:
                 "port_ecn_marked_packets_total": bits / 8 * 0.3 / 4096 * 1e-4}
 
     def step(self, inc: dict[str, np.ndarray] | None = None, prio_inc: dict[str, np.ndarray] | None = None,
-             rx: np.ndarray | None = None, drop: set[str] | None = None) -> None:
-        """Advance one step: add healthy increments (+ extra), emit every metric, observe."""
+             rx: np.ndarray | None = None, drop: set[str] | None = None, silent: np.ndarray | None = None) -> None:
+        """Advance one step: add healthy increments (+ extra), emit every metric, observe (`silent`: ports whose
+        readings this poll missed, lanes and priorities included)."""
         self.t += self.step_ms
         dt = self.step_ms / 1000
         add = self.healthy_increments(dt)
@@ -102,6 +103,11 @@ class Driver:
         b["gpu_pcie_link_width"] = (ar_p, ts_p, self.pcie.copy())
         for m in drop or ():
             b.pop(m, None)
+        if silent is not None and len(silent):
+            for m, (idx, ts, v) in list(b.items()):
+                port = self.fab.lane_port[idx] if AXIS[m] == "lane" else idx // NPRIO if AXIS[m] == "prio" else idx
+                keep = ~np.isin(port, silent)
+                b[m] = (idx[keep], ts[keep], v[keep])
         self.st.observe(b)
 
     def cycle(self) -> list[Finding]:

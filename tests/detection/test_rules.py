@@ -479,6 +479,96 @@ def test_a_switch_to_switch_link_down_is_a_ticket() -> None:
     assert f and f[-1].severity is Severity.TICKET and "traffic is on the device's other links" in f[-1].summary
 
 
+@pytest.mark.parametrize("cycle_every", [1, 15])
+def test_a_storm_that_ends_with_the_link_down_is_the_storm_at_any_cycle_step(cycle_every: int) -> None:
+    """A flap storm whose link then stays down: the storm is the first finding, whether the cycles read every poll
+    or read the storm and the down run at once (a 15-minute cycle); the link-down finding follows when the storm's
+    flaps leave the window."""
+    d = Driver()
+    warm(d, 30)
+    p = d.port("leaf", "Ethernet1/5")
+    q = int(d.fab.peer[p])
+    link = np.zeros(d.fab.P)
+    link[[p, q]] = 3
+    rx = d.rx.copy()
+    for x in (p, q):
+        rx[d.fab.lane_off[x]:d.fab.lane_off[x + 1]] = -40.0
+    out = []
+    for k in range(60):
+        storming = k < 3
+        d.oper[[p, q]] = 1 if storming else 0
+        d.step(inc={"port_link_down_events_total": link} if storming else None, rx=None if storming else rx)
+        if (k + 1) % cycle_every == 0:
+            out += d.cycle()
+    fired = [x for x in firing(out) if {x.port, x.peer_port} & {"Ethernet1/5"}]
+    assert fired and fired[0].kind == "flap_storm" and fired[0].cause is Cause.FLAP_STORM
+    assert "the link is down since" in [x for x in fired if x.kind == "flap_storm"][-1].summary
+    storm_end = max(x.at_ms for x in fired if x.kind == "flap_storm")
+    assert {x.kind for x in fired} == {"flap_storm", "link_down"}
+    assert min(x.at_ms for x in fired if x.kind == "link_down") > storm_end  # one finding at a time
+
+
+def test_physical_findings_carry_the_host_nics_roce_retransmit_and_timeout_rates() -> None:
+    """#18: a dirty connector on a switch port costs the RDMA traffic of the host NIC at the far end: the finding's
+    evidence carries that NIC's RoCE retransmit, timeout and ICRC rates (per second over the observation)."""
+    d = Driver()
+    roce = ("port_nak_sequence_errors_total", "port_duplicate_requests_total", "port_local_ack_timeouts_total",
+            "port_icrc_errors_total")
+    for m in roce:
+        d.counters[m] = np.zeros(d.fab.P)
+    warm(d, 30)
+    p = d.port("leaf", "Ethernet1/7")
+    q = int(d.fab.peer[p])
+    rx = d.rx.copy()
+    rx[d.fab.lane_off[p] + 1] -= 4.0
+    inc = {m: np.zeros(d.fab.P) for m in roce}
+    inc["port_nak_sequence_errors_total"][q] = 60 * 30   # 30/s
+    inc["port_duplicate_requests_total"][q] = 60 * 10    # 10/s
+    inc["port_local_ack_timeouts_total"][q] = 60 * 2     # 2/s
+    inc["port_icrc_errors_total"][q] = 60 * 0.5
+    f = [x for x in firing(d.run(4, rx=rx, inc=inc)) if x.port == "Ethernet1/7"]
+    assert f and f[-1].cause is Cause.CONTAMINATION
+    ev = {e.feature: e for e in f[-1].evidence}
+    nic = f"{d.fab.dev_names[d.fab.dev[q]]}:{d.fab.port_names[q]} (RoCE transport)"
+    assert ev["roce_retransmits_per_s"].value == pytest.approx(40.0)
+    assert ev["roce_timeouts_per_s"].value == pytest.approx(2.0)
+    assert ev["roce_icrc_errors_per_s"].value == pytest.approx(0.5)
+    assert ev["roce_retransmits_per_s"].note == nic
+    # a NIC that does not report the RoCE counters: no such rows (never a made-up zero)
+    d2 = Driver()
+    warm(d2, 30)
+    f2 = [x for x in firing(d2.run(4, rx=rx)) if x.port == "Ethernet1/7"]
+    assert f2 and not {e.feature for e in f2[-1].evidence} & {"roce_retransmits_per_s", "roce_timeouts_per_s"}
+
+
+def test_a_link_an_optical_loss_took_down_is_link_down_with_the_optical_cause() -> None:
+    """A dirty MPO connector 5 dB down on every lane: the link drops (too little light to hold it) but the light still
+    arrives. The link-down finding names the optical cause (clean the connector), not only "check the link"; a dark
+    link (no light at either end) stays a plain link-down finding."""
+    d = Driver()
+    warm(d, 30)
+    p = d.port("leaf", "Ethernet1/6")
+    q = int(d.fab.peer[p])
+    rx = d.rx.copy()
+    rx[d.fab.lane_off[q]:d.fab.lane_off[q + 1]] -= 5.0  # the host's receiver: light arrives, 5 dB weaker
+    d.oper[[p, q]] = 0
+    f = firing(d.run(6, rx=rx), "link_down")
+    assert f and len({x.fingerprint for x in f}) == 1
+    assert (f[-1].cause, f[-1].action, f[-1].severity, f[-1].scope) == (
+        Cause.CONTAMINATION, Action.CLEAN, Severity.PAGE, "link")
+    assert "connector contamination" in f[-1].summary and "4 lanes" in f[-1].summary and "oper-down" in f[-1].summary
+    ev = {e.feature: e.value for e in f[-1].evidence}
+    assert ev["rx_delta_baseline_db"] < -4 and ev["down_for_s"] > 0 and ev["onset_ms"] > 0
+    d2 = Driver()
+    warm(d2, 30)
+    dark = d2.rx.copy()
+    for x in (p, q):
+        dark[d2.fab.lane_off[x]:d2.fab.lane_off[x + 1]] = -40.0
+    d2.oper[[p, q]] = 0
+    f2 = firing(d2.run(6, rx=dark), "link_down")
+    assert f2 and {x.cause for x in f2} == {Cause.LINK_DOWN}
+
+
 def test_a_post_fec_alert_before_the_optics_keeps_carrying_the_optical_episode_after_the_errors_stop() -> None:
     """Counters every 5 min, optics every 15, cycles every minute: a dirty connector's post-FEC errors alert before
     the optics are read; the rx reading then names the cause, and that one alert goes on with it, also after the
@@ -514,91 +604,30 @@ def test_a_post_fec_alert_before_the_optics_keeps_carrying_the_optical_episode_a
     assert after[-1].at_ms == d.t and after[-1].state == "firing"  # still open, an hour after the errors stopped
 
 
-@pytest.mark.parametrize("cycle_every", [1, 15])
-def test_a_storm_that_ends_with_the_link_down_is_the_storm_at_any_cycle_step(cycle_every: int) -> None:
-    """A flap storm whose link then stays down: the storm is the first finding, whether the cycles read every poll
-    or read the storm and the down run at once (a 15-minute cycle); the link-down finding follows when the storm's
-    flaps leave the window."""
-    d = Driver()
-    warm(d, 30)
-    p = d.port("leaf", "Ethernet1/5")
-    q = int(d.fab.peer[p])
-    link = np.zeros(d.fab.P)
-    link[[p, q]] = 3
-    rx = d.rx.copy()
-    for x in (p, q):
-        rx[d.fab.lane_off[x]:d.fab.lane_off[x + 1]] = -40.0
-    out = []
-    for k in range(60):
-        storming = k < 3
-        d.oper[[p, q]] = 1 if storming else 0
-        d.step(inc={"port_link_down_events_total": link} if storming else None, rx=None if storming else rx)
-        if (k + 1) % cycle_every == 0:
-            out += d.cycle()
-    fired = [x for x in firing(out) if {x.port, x.peer_port} & {"Ethernet1/5"}]
-    assert fired and fired[0].kind == "flap_storm" and fired[0].cause is Cause.FLAP_STORM
-    assert "the link is down since" in [x for x in fired if x.kind == "flap_storm"][-1].summary
-    storm_end = max(x.at_ms for x in fired if x.kind == "flap_storm")
-    assert {x.kind for x in fired} == {"flap_storm", "link_down"}
-    assert min(x.at_ms for x in fired if x.kind == "link_down") > storm_end  # one finding at a time
-
-
-def test_a_link_an_optical_loss_took_down_is_link_down_with_the_optical_cause() -> None:
-    """A dirty MPO connector 5 dB down on every lane: the link drops (too little light to hold it) but the light still
-    arrives. The link-down finding names the optical cause (clean the connector), not only "check the link"; a dark
-    link (no light at either end) stays a plain link-down finding."""
-    d = Driver()
-    warm(d, 30)
+def test_a_port_shut_during_a_missed_poll_of_its_device_raises_no_link_down() -> None:
+    """S12: someone shuts leaf:Ethernet1/6 and the leaf's next poll is lost (5 min polls): the host end reads oper-down
+    while the leaf's admin status is still the old "up". The link-down finding waits for the far end's next reading
+    (admin-down: nothing to raise); a far end that stays silent for two of its poll gaps is a link down."""
+    d = Driver(step_ms=300_000)
+    warm(d, 12)
     p = d.port("leaf", "Ethernet1/6")
     q = int(d.fab.peer[p])
-    rx = d.rx.copy()
-    rx[d.fab.lane_off[q]:d.fab.lane_off[q + 1]] -= 5.0  # the host's receiver: light arrives, 5 dB weaker
+    leaf = np.flatnonzero(d.fab.dev == d.fab.dev_names.index("leaf"))
+    d.admin[p] = 0
     d.oper[[p, q]] = 0
-    f = firing(d.run(6, rx=rx), "link_down")
-    assert f and len({x.fingerprint for x in f}) == 1
-    assert (f[-1].cause, f[-1].action, f[-1].severity, f[-1].scope) == (
-        Cause.CONTAMINATION, Action.CLEAN, Severity.PAGE, "link")
-    assert "connector contamination" in f[-1].summary and "4 lanes" in f[-1].summary and "oper-down" in f[-1].summary
-    ev = {e.feature: e.value for e in f[-1].evidence}
-    assert ev["rx_delta_baseline_db"] < -4 and ev["down_for_s"] > 0 and ev["onset_ms"] > 0
-    d2 = Driver()
-    warm(d2, 30)
-    dark = d2.rx.copy()
-    for x in (p, q):
-        dark[d2.fab.lane_off[x]:d2.fab.lane_off[x + 1]] = -40.0
+    out = []
+    d.step(silent=leaf)  # the leaf's poll is lost: only the host's oper-down arrives
+    for k in range(5):  # cycles every minute between the polls
+        out += d.eng.run_cycle(d.st, d.t + k * 60_000)
+    out += d.run(6)
+    assert firing(out, "link_down") == []
+    # the same link down with the leaf gone silent (a dead switch): found once the leaf missed two polls
+    d2 = Driver(step_ms=300_000)
+    warm(d2, 12)
     d2.oper[[p, q]] = 0
-    f2 = firing(d2.run(6, rx=dark), "link_down")
-    assert f2 and {x.cause for x in f2} == {Cause.LINK_DOWN}
-
-
-def test_physical_findings_carry_the_host_nics_roce_retransmit_and_timeout_rates() -> None:
-    """#18: a dirty connector on a switch port costs the RDMA traffic of the host NIC at the far end: the finding's
-    evidence carries that NIC's RoCE retransmit, timeout and ICRC rates (per second over the observation)."""
-    d = Driver()
-    roce = ("port_nak_sequence_errors_total", "port_duplicate_requests_total", "port_local_ack_timeouts_total",
-            "port_icrc_errors_total")
-    for m in roce:
-        d.counters[m] = np.zeros(d.fab.P)
-    warm(d, 30)
-    p = d.port("leaf", "Ethernet1/7")
-    q = int(d.fab.peer[p])
-    rx = d.rx.copy()
-    rx[d.fab.lane_off[p] + 1] -= 4.0
-    inc = {m: np.zeros(d.fab.P) for m in roce}
-    inc["port_nak_sequence_errors_total"][q] = 60 * 30   # 30/s
-    inc["port_duplicate_requests_total"][q] = 60 * 10    # 10/s
-    inc["port_local_ack_timeouts_total"][q] = 60 * 2     # 2/s
-    inc["port_icrc_errors_total"][q] = 60 * 0.5
-    f = [x for x in firing(d.run(4, rx=rx, inc=inc)) if x.port == "Ethernet1/7"]
-    assert f and f[-1].cause is Cause.CONTAMINATION
-    ev = {e.feature: e for e in f[-1].evidence}
-    nic = f"{d.fab.dev_names[d.fab.dev[q]]}:{d.fab.port_names[q]} (RoCE transport)"
-    assert ev["roce_retransmits_per_s"].value == pytest.approx(40.0)
-    assert ev["roce_timeouts_per_s"].value == pytest.approx(2.0)
-    assert ev["roce_icrc_errors_per_s"].value == pytest.approx(0.5)
-    assert ev["roce_retransmits_per_s"].note == nic
-    # a NIC that does not report the RoCE counters: no such rows (never a made-up zero)
-    d2 = Driver()
-    warm(d2, 30)
-    f2 = [x for x in firing(d2.run(4, rx=rx)) if x.port == "Ethernet1/7"]
-    assert f2 and not {e.feature for e in f2[-1].evidence} & {"roce_retransmits_per_s", "roce_timeouts_per_s"}
+    out2 = []
+    for _ in range(4):
+        d2.step(silent=leaf)
+        out2 += d2.cycle()
+    f = firing(out2, "link_down")
+    assert f and f[0].at_ms == T0 + 14 * 300_000  # the leaf's last reading was poll 12: two gaps of silence
