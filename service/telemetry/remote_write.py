@@ -197,7 +197,13 @@ def labels_of_set(encoded: bytes) -> tuple[tuple[str, str], ...]:
         found = LabelSet.FromString(encoded)
     except DecodeError as exc:
         raise RemoteWriteError(400, "Not a WriteRequest", f"protobuf: labels: {exc}") from None
-    return labels(tuple(lbl.SerializeToString() for lbl in found.labels))
+    out = []
+    for lbl in found.labels:
+        _unknown(lbl, "a label")
+        out.append((lbl.name, lbl.value))
+    if not any(name == "__name__" for name, _ in out):
+        raise RemoteWriteError(400, "Malformed series", f"a series without __name__: {dict(out)!r}"[:300])
+    return tuple(out)
 
 
 def _check_ts(ts_ms: np.ndarray, name: Callable[[int], str]) -> None:
