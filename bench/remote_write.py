@@ -175,7 +175,7 @@ def main() -> None:
             def run(k: int = k) -> None:
                 for b in streams[k]:
                     rep = rw.write(engine, rw.decompress(b, limit))
-                    assert rep.stored.written + rep.stored.duplicates == rep.mapped.mapped, rep.to_dict()
+                    assert rep.stored.written + rep.stored.duplicates == rep.mapped.mapped, rep.mapped.report()
             cpu, wall = timed(run)
             results["remote write"].append((cpu, wall, per_interval))
         assert rw.TOTALS.written == per_interval * args.intervals, rw.TOTALS.to_dict()

@@ -128,11 +128,6 @@ class WriteReport:
             out["invalid"] += sum(self.stored.invalid.values())
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.mapped.report(), "written": self.stored.written, "duplicates": self.stored.duplicates,
-                "histograms": self.histograms, "unmapped": dict(self.unmapped()),
-                "invalid": dict(self.stored.invalid.most_common(20))}
-
     def headers(self) -> dict[str, str]:
         """Summary headers on the 204 (which has no body)."""
         unmapped = self.unmapped()
@@ -186,8 +181,6 @@ class Totals:
 
 
 MAPPER = Mapper()
-
-
 TOTALS = Totals()
 
 
