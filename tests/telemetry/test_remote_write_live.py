@@ -28,39 +28,13 @@ from service.config import load_settings
 from service.inventory.schemas import Inventory
 from service.inventory.service import upsert_inventory
 from service.telemetry import remote_write as rw
-from service.telemetry.promtext import parse_lines
+from tests.exporter_peers import binary, metrics, start, wait_http
 from tests.live_api import free_tcp_port, live_api
 from tests.snmp_peers import Peer, free_udp_port, require, start_snmpsim
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 ARISTA = DATA / "snmp" / "arista_eos_4.20_dcs-7150s-24.snmprec"
 SNMP_YML = DATA / "exporters" / "snmp.yml"
-
-
-def _binary(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(f"{name} not found: install the Debian package {name} (the test needs the real program)")
-    return path
-
-
-def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("wb") as fh:
-        return subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT)
-
-
-def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 20) -> None:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited: {log.read_text()[-1500:]}")
-        try:
-            if httpx.get(url, timeout=2).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer: {log.read_text()[-1500:]}")
 
 
 def _start_snmpd_v2c(work: Path) -> Peer:
@@ -75,10 +49,6 @@ def _start_snmpd_v2c(work: Path) -> Peer:
     peer = Peer("snmpd", port, proc, work, log)
     peer.wait_ready()
     return peer
-
-
-def _metrics(text_: str) -> list[tuple[str, dict[str, str], float]]:
-    return [(p.name, dict(p.labels), p.value) for p in parse_lines(text_.splitlines(), "metrics")]
 
 
 @dataclass
@@ -105,22 +75,22 @@ def lab(engine: Engine, db_url: str) -> Iterator[Lab]:
     snmpd = _start_snmpd_v2c(work / "snmpd")
     try:
         ne_port, se_port, prom_port = free_tcp_port(), free_tcp_port(), free_tcp_port()
-        procs.append(ne := _start([_binary("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{ne_port}",
+        procs.append(ne := start([binary("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{ne_port}",
                                    "--collector.disable-defaults", "--collector.netdev", "--collector.netclass"],
                                   work / "node.log"))
-        procs.append(se := _start([_binary("prometheus-snmp-exporter"), f"--config.file={SNMP_YML}",
+        procs.append(se := start([binary("prometheus-snmp-exporter"), f"--config.file={SNMP_YML}",
                                    f"--web.listen-address=127.0.0.1:{se_port}"], work / "snmp.log"))
         node_url, snmp_url = f"http://127.0.0.1:{ne_port}/metrics", f"http://127.0.0.1:{se_port}/snmp"
-        _wait_http(node_url, ne, work / "node.log")
-        _wait_http(f"http://127.0.0.1:{se_port}/", se, work / "snmp.log")
-        before = _metrics(httpx.get(node_url).text)
+        wait_http(node_url, ne, work / "node.log")
+        wait_http(f"http://127.0.0.1:{se_port}/", se, work / "snmp.log")
+        before = metrics(httpx.get(node_url).text)
         netdevs = sorted({lb["device"] for n, lb, _ in before if n == "node_network_receive_bytes_total"})
         assert netdevs, "node_exporter shows no network device"
         target = f"127.0.0.1:{snmpsim.port}"
-        if_names = sorted({lb["ifName"] for n, lb, _ in _metrics(httpx.get(
+        if_names = sorted({lb["ifName"] for n, lb, _ in metrics(httpx.get(
             snmp_url, params={"target": target, "module": "if_mib"}, timeout=20).text) if n == "ifHighSpeed"})
         snmpd_target = f"127.0.0.1:{snmpd.port}"
-        snmpd_before = _metrics(httpx.get(snmp_url, params={"target": snmpd_target, "module": "if_mib"},
+        snmpd_before = metrics(httpx.get(snmp_url, params={"target": snmpd_target, "module": "if_mib"},
                                           timeout=20).text)
         snmpd_ifs = sorted({lb["ifName"] for n, lb, _ in snmpd_before if n == "ifHCInOctets"})
         assert snmpd_ifs, "snmpd shows no interface"
@@ -172,7 +142,7 @@ remote_write:
     queue_config: {{batch_send_deadline: 1s, min_backoff: 100ms, max_backoff: 1s}}
     metadata_config: {{send_interval: 2s}}
 """)
-            procs.append(_start([_binary("prometheus"), f"--config.file={work / 'prometheus.yml'}",
+            procs.append(start([binary("prometheus"), f"--config.file={work / 'prometheus.yml'}",
                                  f"--storage.tsdb.path={work / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
                                 work / "prometheus.log"))
             deadline = time.monotonic() + 60
@@ -214,7 +184,7 @@ def _stored(db: Engine, device: str) -> dict[tuple[str, str | None, int | None],
 
 
 def test_node_exporter_through_prometheus_lands_on_the_hosts_ports(lab: Lab) -> None:
-    after = _metrics(httpx.get(lab.node_url).text)
+    after = metrics(httpx.get(lab.node_url).text)
     stored = _stored(lab.db, "lab-host")
     counters = {"node_network_receive_bytes_total": "port_rx_bytes_total",
                 "node_network_transmit_packets_total": "port_tx_packets_total",
@@ -250,7 +220,7 @@ def test_snmp_exporter_through_prometheus_lands_on_the_switch_ports(lab: Lab) ->
     own = {}
     for module in ("if_mib", "dom"):
         r = httpx.get(lab.snmp_url, params={"target": lab.snmp_target, "module": module}, timeout=20)
-        own.update({(n, lb.get("ifName") or lb.get("entPhysicalDescr")): v for n, lb, v in _metrics(r.text)})
+        own.update({(n, lb.get("ifName") or lb.get("entPhysicalDescr")): v for n, lb, v in metrics(r.text)})
     stored = _stored(lab.db, "arista1")
     # IF-MIB: the recording is static, so every stored reading equals snmp_exporter's, in catalogue units
     for obj, metric, conv in (("ifHCInOctets", "port_rx_bytes_total", lambda v: v),
@@ -278,7 +248,7 @@ def test_snmp_exporter_through_prometheus_lands_on_the_switch_ports(lab: Lab) ->
 def test_snmp_exporter_walking_live_snmpd_lands_on_its_interfaces(lab: Lab) -> None:
     """net-snmp's snmpd reports this machine's interfaces with moving counters: every stored reading lies
     between two walks snmp_exporter made itself, before Prometheus started and now."""
-    after = _metrics(httpx.get(lab.snmp_url, params={"target": lab.snmpd_target, "module": "if_mib"},
+    after = metrics(httpx.get(lab.snmp_url, params={"target": lab.snmpd_target, "module": "if_mib"},
                                timeout=20).text)
     stored = _stored(lab.db, "snmpd-box")
     checked = 0
