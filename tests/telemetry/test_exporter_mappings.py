@@ -174,22 +174,6 @@ def test_every_mapping_names_catalogue_metrics() -> None:
     assert match_series({"__name__": "up", "instance": "x"})[0] == ""
 
 
-def test_a_scrape_maps_and_stores_in_one_go(inv: Engine) -> None:
-    """What a scrape collector does with one /metrics text: ingest_series maps and stores it."""
-    from sqlalchemy import text
-
-    from service.telemetry.exporters import ingest_series
-
-    mapper = Mapper()
-    mapped, stored = ingest_series(inv, mapper, _series(DCGM_BLANK, instance="10.0.1.1:9400"))
-    assert stored.written == mapped.mapped == 4
-    with inv.connect() as conn:
-        rows = conn.execute(text("SELECT s.metric, s.gpu, x.value FROM samples x JOIN series s ON s.id = x.series_id "
-                                 "ORDER BY 1, 2")).all()
-    assert [tuple(r) for r in rows] == [("gpu_last_xid", 0, 0.0), ("gpu_last_xid", 1, 0.0),
-                                        ("gpu_temperature_celsius", 0, 36.0), ("gpu_temperature_celsius", 1, 31.0)]
-
-
 def _node_exporter_name(stat: str) -> str:
     """node_exporter's name for an `ethtool -S` counter (collector/ethtool_linux.go): non-alphanumerics as
     `_`, lowered, leading `_` dropped, `rx`/`tx` words spelt out; seven pre-declared ones end in `_total`."""

@@ -8,16 +8,16 @@ resolved against the inventory. One documented file per exporter:
 - native.py: series already named after the catalogue
 
 Entry points: `Mapper().map(conn, series) -> MapResult` for batches (remote write, a scrape),
-`match_series(labels)` for what one label set maps to before the inventory (mapper.py);
-`ingest_series(engine, mapper, series)` maps and stores a batch in one transaction, `store_mapped` stores
-a MapResult in the caller's (store.py).
+`match_series(labels)` for what one label set maps to before the inventory (mapper.py); `store_mapped`
+stores a MapResult in the caller's transaction (store.py). The scrape collector (collectors/scrape.py)
+maps in the worker and stores through the collectors' own store step.
 docs/ecosystem.md has the tables and what stays unmapped.
 """
 
 from service.telemetry.exporters.base import DeviceKind, Match, PortBy, Reason, Unmapped
 from service.telemetry.exporters.mapper import Mapper, MapResult, match_series
 from service.telemetry.exporters.resolve import InventoryIndex
-from service.telemetry.exporters.store import ingest_series, store_mapped
+from service.telemetry.exporters.store import store_mapped
 
 __all__ = ["DeviceKind", "InventoryIndex", "MapResult", "Mapper", "Match", "PortBy", "Reason", "Unmapped",
-           "ingest_series", "match_series", "store_mapped"]
+           "match_series", "store_mapped"]

@@ -4,18 +4,14 @@
         mapped = mapper.map(conn, series)
         report, widths = store_mapped(conn, mapped, mapper)
     mapper.widths_stored(widths)            # after the commit
-
-or `ingest_series(engine, mapper, series)`, which does just that.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-
 import numpy as np
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 
-from service.telemetry.exporters.mapper import LabelPairs, Mapper, MapResult, SeriesKey
+from service.telemetry.exporters.mapper import Mapper, MapResult, SeriesKey
 from service.telemetry.ingest import Ingestor, IngestReport
 from service.telemetry.promtext import PromBlock
 from service.telemetry.samples import Sample
@@ -57,13 +53,3 @@ def store_mapped(conn: Connection, mapped: MapResult, mapper: Mapper, *, batch_r
             ingestor.add(Sample(metric, v, t, device, port, lane, prio, gpu, r.counter_bits, r.saturating))
     return ingestor.finish(), [r.key for r in widths]
 
-
-def ingest_series(engine: Engine, mapper: Mapper,
-                  series: Iterable[tuple[LabelPairs | Mapping[str, str], Sequence[tuple[int, float]]]],
-                  *, batch_rows: int = 50_000, source: str = "exporters") -> tuple[MapResult, IngestReport]:
-    """Map exporter series (e.g. one scrape of a /metrics) and store them in one transaction."""
-    with engine.begin() as conn:
-        mapped = mapper.map(conn, series)
-        report, widths = store_mapped(conn, mapped, mapper, batch_rows=batch_rows, source=source)
-    mapper.widths_stored(widths)
-    return mapped, report
