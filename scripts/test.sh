@@ -10,8 +10,8 @@ need_apt=()
 command -v snmpd >/dev/null || need_apt+=(snmpd)
 command -v snmpbulkwalk >/dev/null || need_apt+=(snmp)
 command -v chromium >/dev/null || need_apt+=(chromium)
-# remote write is tested against the real Prometheus and exporters (tests/telemetry/test_remote_write_live.py)
-for pkg in prometheus prometheus-node-exporter prometheus-snmp-exporter; do
+# remote write, scraping and Alertmanager are tested against the real programs (package = command name)
+for pkg in prometheus prometheus-node-exporter prometheus-snmp-exporter prometheus-alertmanager; do
   command -v "$pkg" >/dev/null || need_apt+=("$pkg")
 done
 python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3-venv)
