@@ -257,6 +257,7 @@ def _run(engine: Engine, run: CompressRun, *, now: datetime, hot_s: float, batch
     run.done_until = wm
     touched: set[date] = set()
     written: set[date] = set()
+    rewrite: set[date] = set()  # chunk partitions compacted: their hourly chunks are dead space now
 
     def budget() -> bool:
         if run.batches >= max_batches:
@@ -271,7 +272,7 @@ def _run(engine: Engine, run: CompressRun, *, now: datetime, hot_s: float, batch
         batches = day_batches if step == DAY else hour_batches
         for a, b in batches:
             if not budget():
-                return _finish(engine, run, touched, written)
+                return _finish(engine, run, touched, written, rewrite)
             _move(engine, _MOVE_ROWS, {"a": a, "b": b, "lo": t, "hi": t + step}, run)
         touched.add(t.date())
         written.add(t.date())
@@ -295,7 +296,7 @@ def _run(engine: Engine, run: CompressRun, *, now: datetime, hot_s: float, batch
         if late:
             for a, b in day_batches:
                 if not budget():
-                    return _finish(engine, run, touched, written)
+                    return _finish(engine, run, touched, written, rewrite)
                 _move(engine, _MOVE_ROWS, {"a": a, "b": b, "lo": day_start, "hi": day_start + DAY}, run)
             written.add(day)
         try:
@@ -329,9 +330,11 @@ def _run(engine: Engine, run: CompressRun, *, now: datetime, hot_s: float, batch
                 batches = _series_batches(cur, max(1, batch_series // 24), ids) if ids else []
             for a, b in batches:
                 if not budget():
-                    return _finish(engine, run, touched, written)
+                    return _finish(engine, run, touched, written, rewrite)
                 _compact(engine, name, a, b, run)
             written.add(day)
+            if batches:
+                rewrite.add(day)
             with engine.begin() as conn:
                 conn.execute(text("UPDATE chunk_watermark SET compacted_until = :t"), {"t": day_start + DAY})
     # 4. import blocks that end before the cutoff
@@ -339,17 +342,30 @@ def _run(engine: Engine, run: CompressRun, *, now: datetime, hot_s: float, batch
         block_batches = _series_batches(cur, max(1, batch_series // 24), block_ids) if block_ids else []
     for a, b in block_batches:
         if not budget():
-            return _finish(engine, run, touched, written)
+            return _finish(engine, run, touched, written, rewrite)
         _move(engine, _MOVE_BLOCKS, {"a": a, "b": b, "hi": limit}, run, blocks=True)
-    return _finish(engine, run, touched, written)
+    return _finish(engine, run, touched, written, rewrite)
 
 
-def _finish(engine: Engine, run: CompressRun, touched: set[date], written: set[date]) -> None:
+def _finish(engine: Engine, run: CompressRun, touched: set[date], written: set[date], rewrite: set[date]) -> None:
     """Statistics and BRIN summaries for what the run wrote, space back in the row partitions it
-    deleted from: nothing waits for autovacuum (which may be off)."""
+    deleted from and in the chunk partitions it compacted: nothing waits for autovacuum (which may be
+    off), and a closed day's partition, which nothing writes again, is rewritten without its dead chunks."""
     with engine.connect() as conn:
         conn = conn.execution_options(isolation_level="AUTOCOMMIT")
         chunk_parts = existing_partitions(conn, "sample_chunks")
+        for day in sorted(rewrite):
+            # VACUUM FULL holds an exclusive lock while it copies the day (its readers wait): never
+            # wait long for it; a day left as it is keeps its dead space, nothing else.
+            conn.exec_driver_sql(f"SET lock_timeout = '{_TRUNCATE_WAIT_MS}ms'")
+            try:
+                conn.exec_driver_sql(f"VACUUM FULL {chunk_partition_name(day)}")
+            except OperationalError as exc:
+                if not isinstance(exc.orig, psycopg.errors.LockNotAvailable):
+                    raise
+                run.complete = False
+            finally:
+                conn.exec_driver_sql("RESET lock_timeout")
         for day in sorted(written):
             if day in chunk_parts:
                 analyze_and_summarize(conn, chunk_partition_name(day))
