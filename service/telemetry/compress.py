@@ -285,12 +285,17 @@ def _run(engine: Engine, run: CompressRun, *, now: datetime, hot_s: float, batch
     # 2. closed days (wholly before the watermark): merge their late rows, then truncate them
     with engine.begin() as conn:
         parts = existing_partitions(conn)
+        closed_until = conn.execute(text("SELECT compacted_until FROM chunk_watermark")).scalar_one_or_none()
     for day, name in sorted(parts.items()):
         day_start = datetime(day.year, day.month, day.day, tzinfo=UTC)
         if day_start + DAY > done:
             break
         with engine.begin() as conn:
-            if not conn.execute(text("SELECT pg_relation_size(CAST(:n AS regclass)) > 0"), {"n": name}).scalar():
+            # A day closed before is truncated: only a late row makes it non-empty. A day closing now
+            # is truncated even when a vacuum left its heap empty: that resets its indexes too.
+            closed = closed_until is not None and day_start < closed_until
+            if closed and not conn.execute(text("SELECT pg_relation_size(CAST(:n AS regclass)) > 0"),
+                                           {"n": name}).scalar():
                 continue
             late = conn.execute(text(f"SELECT EXISTS (SELECT 1 FROM {name})")).scalar()
         if late:
