@@ -534,6 +534,12 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
         opt_on = active["optical_degradation"] | st.last_raw["optical_degradation"] | (on_opt > 0)
         st.pf_carry |= active["post_fec_errors"] & st.last_raw["optical_degradation"] & (on_pf > 0) & \
             ((on_opt == 0) | (on_pf < on_opt))
+        # errors that came and went before the optics were read (counters every 60 s, DOM every 15 min): the rx
+        # drop read since explains them, so the optical episode, still pending, goes on as that alert
+        pending = st.last_raw["optical_degradation"] & ~active["optical_degradation"] & \
+            ~st.latched["optical_degradation"] & (on_opt > 0)
+        st.pf_carry |= pending & (st.pf_last_ms > 0) & (st.pf_last_ms >= on_opt - st.cfg.stale_ms)
+        st.pf_last_ms[active["post_fec_errors"]] = at_ms
         st.pf_carry &= opt_on | active["post_fec_errors"]
         carry = st.pf_carry & (opt_on | active["post_fec_errors"])
         carried = set(np.flatnonzero(carry).tolist())

@@ -615,6 +615,7 @@ class FeatureState:
         self.oper_gap = np.zeros(P, np.int64)          # ms between oper readings (the larger of the newest and half
         #                                                the previous: an ON_CHANGE event does not make it a poll)
         self.pf_carry = np.zeros(P, bool)              # a post-FEC alert carries this port's optical episode
+        self.pf_last_ms = np.zeros(P, np.int64)        # the last cycle a post-FEC finding was active here (0: never)
         # layer-1 results, refreshed at each trend bucket close and kept until the next
         self.lane_trend = {k: np.full(L, np.nan) for k in ("rx_slope", "rx_level", "ttt_warn", "ttt_alarm",
                                                             "bias_slope")}
@@ -806,7 +807,7 @@ class FeatureState:
                                     "flagged": self.flagged,
                                     "down_since": self.down_since, "down_from_up": self.down_from_up,
                                     "oper_gap": self.oper_gap,
-                                    "pf_carry": self.pf_carry,
+                                    "pf_carry": self.pf_carry, "pf_last_ms": self.pf_last_ms,
                                     "flap_t": self.flaps.t}
         for m, t in self.gauges.items():
             for f in t.FIELDS:

@@ -631,3 +631,34 @@ def test_a_port_shut_during_a_missed_poll_of_its_device_raises_no_link_down() ->
         out2 += d2.cycle()
     f = firing(out2, "link_down")
     assert f and f[0].at_ms == T0 + 14 * 300_000  # the leaf's last reading was poll 12: two gaps of silence
+
+
+def test_post_fec_errors_that_stopped_before_the_optics_were_read_are_the_same_alert_as_the_optical_cause() -> None:
+    """Counters every minute, optics every 15: a damaged fiber's errors alert at once and stop within minutes; the
+    next optics reading shows the rx drop. The optical episode goes on as that post-FEC alert, with the optical
+    cause (one alert for the fault, its cause right), not as a second, optical alert."""
+    d = Driver()
+    optics = {"optic_rx_power_dbm", "optic_tx_power_dbm", "optic_tx_bias_amperes", "optic_temperature_celsius",
+              "optic_voltage_volts"}
+
+    def run(n: int, rx: np.ndarray | None = None, inc: dict | None = None) -> list:
+        out = []
+        for _ in range(n):
+            k = (d.t - T0) // d.step_ms + 1
+            d.step(rx=rx, inc=inc, drop=optics if k % 15 else set())
+            out += d.cycle()
+        return out
+
+    run(61)  # the next optics poll is at minute 75
+    p = d.port("leaf", "Ethernet1/7")
+    rx = d.rx.copy()
+    rx[d.fab.lane_off[p] + 1] -= 4.0
+    burst = np.zeros(d.fab.P)
+    burst[p] = d.st.cfg.post_fec_burst * 2
+    out = run(2, rx=rx, inc={"port_fec_uncorrectable_codewords_total": burst})  # minutes 62-63: errors
+    out += run(60, rx=rx)  # no more errors; the rx stays down
+    mine = [x for x in out if x.port == "Ethernet1/7" and x.physical]
+    assert {x.fingerprint for x in mine} == {"post_fec_errors/leaf:Ethernet1/7"}
+    firing_ = [x for x in mine if x.state == "firing"]
+    assert firing_[0].at_ms <= T0 + 63 * 60_000 and firing_[0].cause is Cause.POST_FEC  # before the optics
+    assert firing_[-1].at_ms == d.t and firing_[-1].cause is Cause.CONTAMINATION  # the optical episode, firing
