@@ -10,8 +10,10 @@ from sqlalchemy import Engine, text
 
 from service.telemetry.ingest import Ingestor
 from service.telemetry.partitions import (
+    chunk_partition_name,
     drop_expired,
     ensure_ahead,
+    ensure_chunk_partitions,
     ensure_partitions,
     existing_partitions,
     partition_name,
@@ -21,13 +23,13 @@ from service.telemetry.rollups import L5M, run_level
 from service.telemetry.samples import Sample
 from service.telemetry.service import ingest_samples
 from tests.factories import add_hosts
+from tests.telemetry import drop_day_partitions
 
 
 def test_ahead_on_demand_and_retention(db: Engine) -> None:
     today = date(2026, 11, 30)
     with db.begin() as conn:
-        for d in list(existing_partitions(conn).values()):
-            conn.execute(text(f"DROP TABLE {d}"))
+        drop_day_partitions(conn)
         created = ensure_ahead(conn, today=today, days_ahead=3)
     assert created == [f"samples_p202611{d}" for d in (30,)] + ["samples_p20261201", "samples_p20261202",
                                                                 "samples_p20261203"]
@@ -41,8 +43,11 @@ def test_ahead_on_demand_and_retention(db: Engine) -> None:
                  "ARRAY[CAST(:t AS timestamptz), CAST(:t AS timestamptz) + interval '1 h'], ARRAY[1.0, 2.0])")
         conn.execute(text(block), {"t": "2025-11-01T22:00:00Z"})  # ends inside the expired day
         conn.execute(text(block), {"t": "2026-10-31T23:30:00Z"})  # ends after the cutoff: kept
+        with conn.connection.cursor() as cur:   # compressed days: the expired one goes, the kept one stays
+            ensure_chunk_partitions(cur, [date(2025, 11, 1), today])
         dropped = drop_expired(conn, today=today, retention_days=30)
-        assert dropped == ["samples_p20251101"]
+        assert dropped == ["samples_p20251101", chunk_partition_name(date(2025, 11, 1))]
+        assert list(existing_partitions(conn, "sample_chunks")) == [today]
         remaining = existing_partitions(conn)
         assert min(remaining) == today and max(remaining) == today + timedelta(days=3)
         assert conn.execute(text("SELECT count(*) FROM sample_rows")).scalar_one() == 0
