@@ -539,7 +539,6 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
         pending = st.last_raw["optical_degradation"] & ~active["optical_degradation"] & \
             ~st.latched["optical_degradation"] & (on_opt > 0)
         st.pf_carry |= pending & (st.pf_last_ms > 0) & (st.pf_last_ms >= on_opt - st.cfg.stale_ms)
-        st.pf_last_ms[active["post_fec_errors"]] = at_ms
         st.pf_carry &= opt_on | active["post_fec_errors"]
         carry = st.pf_carry & (opt_on | active["post_fec_errors"])
         carried = set(np.flatnonzero(carry).tolist())
@@ -596,6 +595,7 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
                     b.optical(p, state)
                     continue
                 copper = bool(fab.copper[p])
+                st.pf_last_ms[p] = at_ms  # a post-FEC alert of its own (not errors the optics already explain)
                 summary, ev = _summary(b, kind, p)
                 sev = Severity.PAGE
                 b.add(kind, p, Cause.POST_FEC, sev, Action.REPLACE_CABLE if copper else Action.REPLACE_LOCAL, state,

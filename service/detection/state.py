@@ -615,7 +615,7 @@ class FeatureState:
         self.oper_gap = np.zeros(P, np.int64)          # ms between oper readings (the larger of the newest and half
         #                                                the previous: an ON_CHANGE event does not make it a poll)
         self.pf_carry = np.zeros(P, bool)              # a post-FEC alert carries this port's optical episode
-        self.pf_last_ms = np.zeros(P, np.int64)        # the last cycle a post-FEC finding was active here (0: never)
+        self.pf_last_ms = np.zeros(P, np.int64)        # last cycle a post-FEC finding of its own was built
         # layer-1 results, refreshed at each trend bucket close and kept until the next
         self.lane_trend = {k: np.full(L, np.nan) for k in ("rx_slope", "rx_level", "ttt_warn", "ttt_alarm",
                                                             "bias_slope")}
