@@ -88,14 +88,6 @@ class _SQLAChannel(kombu_sqla.Channel):
             self.session.rollback()
             return self.session.query(self.queue_cls).filter(self.queue_cls.name == queue).one()
 
-    def close(self) -> None:
-        # kombu keeps a closed channel's session, and with it any read transaction the session began: an
-        # idle-in-transaction connection that blocks TRUNCATE or DDL on kombu_queue until the process exits.
-        if self._session is not None:
-            self._session.close()
-            self._session = None
-        super().close()
-
 
 class SQLATransport(kombu_sqla.Transport):
     """kombu's SQLAlchemy transport that accepts the ``polling_interval`` transport option."""
