@@ -144,6 +144,18 @@ def _delays(db: Engine, receivers: list[Receiver], after_row: int, timeout_s: fl
     return [got[(id(r), k)] - at for r, k, at in want]
 
 
+def _dead_attempts(db: Engine, timeout_s: float) -> list[str]:
+    """The dead receiver's recorded attempt errors, once its first attempt has timed out (10 s after it began)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with db.connect() as conn:
+            errors = conn.execute(text("SELECT d.error FROM webhook_deliveries d JOIN webhook_subscriptions s "
+                                       "ON s.id = d.subscription_id WHERE s.name = 'dead'")).scalars().all()
+        if errors or time.monotonic() > deadline:
+            return list(errors)
+        time.sleep(0.5)
+
+
 def test_a_dead_webhook_receiver_does_not_delay_the_healthy_ones(
         db: Engine, db_url: str, private_redis: PrivateRedis, tmp_path: Path) -> None:
     healthy = [Receiver().start() for _ in range(4)]
@@ -165,9 +177,7 @@ def test_a_dead_webhook_receiver_does_not_delay_the_healthy_ones(
         last = _last_row(db)
         _open_waves(db, ports, 1)
         with_dead = _delays(db, healthy, last)
-        with db.connect() as conn:
-            dead = conn.execute(text("SELECT d.error FROM webhook_deliveries d JOIN webhook_subscriptions s "
-                                     "ON s.id = d.subscription_id WHERE s.name = 'dead'")).scalars().all()
+        dead = _dead_attempts(db, timeout_s=3 * DEAD_TIMEOUT_S)
     finally:
         hole.stop()  # first: its hung requests end at once, so the worker's warm shutdown is quick
         worker.stop()
