@@ -5,11 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Response
-from sqlalchemy.exc import IntegrityError
 
 from service.api.auth import AdminScope
 from service.api.deps import EngineDep
-from service.api.problems import Problem
 from service.notify import destinations
 from service.notify.schemas import (
     AlertmanagerCreate,
@@ -19,28 +17,13 @@ from service.notify.schemas import (
     NotifyStatus,
     WebhookStatus,
 )
-from service.notify.sealing import SealError
-from service.notify.urlpolicy import UrlRefused
+from service.notify.view_errors import DestinationProblems
 
 router = APIRouter(prefix="/api/v1/alertmanagers", tags=["alertmanagers"])
 status_router = APIRouter(prefix="/api/v1/notify", tags=["webhooks", "alertmanagers"])
 
 
-def _not_found(ident: int) -> Problem:
-    return Problem(404, "Not found", f"no Alertmanager destination with id {ident}")
-
-
-def _refused(exc: UrlRefused) -> Problem:
-    return Problem(422, "Alertmanager target refused", str(exc))
-
-
-def _unsealable(exc: SealError) -> Problem:
-    # The server's configuration, not the request, is at fault: the credential is not stored unsealed.
-    return Problem(503, "Secrets key not usable", str(exc))
-
-
-def _conflict() -> Problem:
-    return Problem(409, "Conflict", "an Alertmanager destination with this name exists")
+PROBLEMS = DestinationProblems("Alertmanager destination", "Alertmanager target refused")
 
 
 @router.get("", response_model=list[AlertmanagerRead])
@@ -52,17 +35,10 @@ def list_alertmanagers(engine: EngineDep, _: AdminScope) -> list[AlertmanagerRea
 @router.post("", response_model=AlertmanagerRead, status_code=201,
              summary="Add an Alertmanager; it gets every alert that fires now")
 def create_alertmanager(body: AlertmanagerCreate, engine: EngineDep, who: AdminScope) -> AlertmanagerRead:
-    try:
-        with engine.begin() as conn:
-            row = destinations.create_destination(conn=conn, name=body.name, url=body.url,
-                                                  filters=body.filters.model_dump(), enabled=body.enabled,
-                                                  created_by=who.name, auth=body.authorization())
-    except UrlRefused as exc:
-        raise _refused(exc) from None
-    except SealError as exc:
-        raise _unsealable(exc) from None
-    except IntegrityError:
-        raise _conflict() from None
+    with PROBLEMS.on_write(), engine.begin() as conn:
+        row = destinations.create_destination(conn=conn, name=body.name, url=body.url,
+                                              filters=body.filters.model_dump(), enabled=body.enabled,
+                                              created_by=who.name, auth=body.authorization())
     return AlertmanagerRead.from_row(row)
 
 
@@ -71,7 +47,7 @@ def get_alertmanager(destination_id: int, engine: EngineDep, _: AdminScope) -> A
     with engine.connect() as conn:
         row = destinations.get_destination(conn=conn, destination_id=destination_id)
     if row is None:
-        raise _not_found(destination_id)
+        raise PROBLEMS.not_found(destination_id)
     return AlertmanagerRead.from_row(row)
 
 
@@ -85,17 +61,10 @@ def update_alertmanager(destination_id: int, body: AlertmanagerUpdate, engine: E
         values["auth_kind"], values["credential"] = auth
     elif body.clear_auth:
         values["auth_kind"] = values["credential"] = None
-    try:
-        with engine.begin() as conn:
-            row = destinations.update_destination(conn=conn, destination_id=destination_id, values=values)
-    except UrlRefused as exc:
-        raise _refused(exc) from None
-    except SealError as exc:
-        raise _unsealable(exc) from None
-    except IntegrityError:
-        raise _conflict() from None
+    with PROBLEMS.on_write(), engine.begin() as conn:
+        row = destinations.update_destination(conn=conn, destination_id=destination_id, values=values)
     if row is None:
-        raise _not_found(destination_id)
+        raise PROBLEMS.not_found(destination_id)
     return AlertmanagerRead.from_row(row)
 
 
@@ -103,7 +72,7 @@ def update_alertmanager(destination_id: int, body: AlertmanagerUpdate, engine: E
 def delete_alertmanager(destination_id: int, engine: EngineDep, _: AdminScope) -> Response:
     with engine.begin() as conn:
         if not destinations.delete_destination(conn=conn, destination_id=destination_id):
-            raise _not_found(destination_id)
+            raise PROBLEMS.not_found(destination_id)
     return Response(status_code=204)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
-from sqlalchemy.exc import IntegrityError
 
 from service.api.auth import AdminScope
 from service.api.deps import EngineDep
@@ -19,27 +18,12 @@ from service.notify.schemas import (
     WebhookRead,
     WebhookUpdate,
 )
-from service.notify.sealing import SealError
-from service.notify.urlpolicy import UrlRefused
+from service.notify.view_errors import DestinationProblems
 
 router = APIRouter(prefix="/api/v1/webhooks", tags=["webhooks"])
 
 
-def _not_found(ident: int) -> Problem:
-    return Problem(404, "Not found", f"no webhook subscription with id {ident}")
-
-
-def _refused(exc: UrlRefused) -> Problem:
-    return Problem(422, "Webhook target refused", str(exc))
-
-
-def _unsealable(exc: SealError) -> Problem:
-    # The server's configuration, not the request, is at fault: the secret is not stored unsealed.
-    return Problem(503, "Secrets key not usable", str(exc))
-
-
-def _conflict() -> Problem:
-    return Problem(409, "Conflict", "a webhook subscription with this name exists")
+PROBLEMS = DestinationProblems("webhook subscription", "Webhook target refused")
 
 
 @router.get("", response_model=list[WebhookRead])
@@ -50,20 +34,13 @@ def list_webhooks(engine: EngineDep, _: AdminScope) -> list[WebhookRead]:
 
 @router.post("", response_model=WebhookRead, status_code=201)
 def create_webhook(body: WebhookCreate, engine: EngineDep, who: AdminScope) -> WebhookRead:
-    try:
-        with engine.begin() as conn:
-            row = service.create_subscription(
-                conn=conn, name=body.name, url=body.url, format=body.format,
-                secret=body.secret.get_secret_value() if body.secret else None,
-                routing_key=body.routing_key.get_secret_value() if body.routing_key else None,
-                filters=body.filters.model_dump(), send_resolved=body.send_resolved, enabled=body.enabled,
-                created_by=who.name)
-    except UrlRefused as exc:
-        raise _refused(exc) from None
-    except SealError as exc:
-        raise _unsealable(exc) from None
-    except IntegrityError:
-        raise _conflict() from None
+    with PROBLEMS.on_write(), engine.begin() as conn:
+        row = service.create_subscription(
+            conn=conn, name=body.name, url=body.url, format=body.format,
+            secret=body.secret.get_secret_value() if body.secret else None,
+            routing_key=body.routing_key.get_secret_value() if body.routing_key else None,
+            filters=body.filters.model_dump(), send_resolved=body.send_resolved, enabled=body.enabled,
+            created_by=who.name)
     return WebhookRead.from_row(row)
 
 
@@ -72,7 +49,7 @@ def get_webhook(webhook_id: int, engine: EngineDep, _: AdminScope) -> WebhookRea
     with engine.connect() as conn:
         row = service.get_subscription(conn=conn, subscription_id=webhook_id)
     if row is None:
-        raise _not_found(webhook_id)
+        raise PROBLEMS.not_found(webhook_id)
     return WebhookRead.from_row(row)
 
 
@@ -85,21 +62,14 @@ def update_webhook(webhook_id: int, body: WebhookUpdate, engine: EngineDep, _: A
         values["secret"] = None
     if body.routing_key is not None:
         values["routing_key"] = body.routing_key.get_secret_value()
-    try:
-        with engine.begin() as conn:
-            current = service.get_subscription(conn=conn, subscription_id=webhook_id)
-            if current is None:
-                raise _not_found(webhook_id)
-            fmt = values.get("format", current["format"])
-            if fmt == "pagerduty" and not values.get("routing_key", current["routing_key"]):
-                raise Problem(422, "Invalid request", "a pagerduty subscription needs routing_key")
-            row = service.update_subscription(conn=conn, subscription_id=webhook_id, values=values)
-    except UrlRefused as exc:
-        raise _refused(exc) from None
-    except SealError as exc:
-        raise _unsealable(exc) from None
-    except IntegrityError:
-        raise _conflict() from None
+    with PROBLEMS.on_write(), engine.begin() as conn:
+        current = service.get_subscription(conn=conn, subscription_id=webhook_id)
+        if current is None:
+            raise PROBLEMS.not_found(webhook_id)
+        fmt = values.get("format", current["format"])
+        if fmt == "pagerduty" and not values.get("routing_key", current["routing_key"]):
+            raise Problem(422, "Invalid request", "a pagerduty subscription needs routing_key")
+        row = service.update_subscription(conn=conn, subscription_id=webhook_id, values=values)
     return WebhookRead.from_row(row)  # type: ignore[arg-type]
 
 
@@ -107,7 +77,7 @@ def update_webhook(webhook_id: int, body: WebhookUpdate, engine: EngineDep, _: A
 def delete_webhook(webhook_id: int, engine: EngineDep, _: AdminScope) -> Response:
     with engine.begin() as conn:
         if not service.delete_subscription(conn=conn, subscription_id=webhook_id):
-            raise _not_found(webhook_id)
+            raise PROBLEMS.not_found(webhook_id)
     return Response(status_code=204)
 
 
@@ -115,7 +85,7 @@ def delete_webhook(webhook_id: int, engine: EngineDep, _: AdminScope) -> Respons
 def test_webhook(webhook_id: int, engine: EngineDep, who: AdminScope) -> TestFireResult:
     with engine.connect() as conn:
         if service.get_subscription(conn=conn, subscription_id=webhook_id) is None:
-            raise _not_found(webhook_id)
+            raise PROBLEMS.not_found(webhook_id)
     outbox_id, outcome = service.test_fire(engine=engine, subscription_id=webhook_id, actor=who.name)
     with engine.connect() as conn:
         rows = service.list_deliveries(conn=conn, subscription_id=webhook_id, limit=1, outbox_id=outbox_id)
@@ -132,7 +102,7 @@ def list_deliveries(webhook_id: int, engine: EngineDep, _: AdminScope,
         before = int(cursor)
     with engine.connect() as conn:
         if service.get_subscription(conn=conn, subscription_id=webhook_id) is None:
-            raise _not_found(webhook_id)
+            raise PROBLEMS.not_found(webhook_id)
         rows = service.list_deliveries(conn=conn, subscription_id=webhook_id, limit=limit + 1, before_id=before)
     more = len(rows) > limit
     rows = rows[:limit]
