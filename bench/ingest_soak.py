@@ -8,9 +8,14 @@ interval every device pushes its Prometheus text to POST /api/v1/import/promethe
 server (the real ingest path: parse, resolve, COPY, commit), on an open-loop schedule: interval k
 starts at t0 + 10 k whether or not the last one finished, so falling behind shows as lag.
 
-While it runs, the rollup task (5m, 1h) runs every minute as in production. Reported: achieved
-rate vs target, CPU of the API (ingest) processes and of this database's PostgreSQL backends,
-their memory, database growth and its size per day, rollup run times. Not a test.
+While it runs, the rollup task (5m, 1h) runs every minute and the compression task every
+`--compress-every` seconds (60; beat runs it every 300 s by default), each in its own thread with its own
+connections. Compression moves whole hours past the hot window, never past the 5-minute rollup
+watermark: with production's 1-hour window nothing would be old enough during the soak, so the bench
+uses `--hot-s 0` and the hour that ends during the soak (start the soak a quarter to half an hour
+before a full hour) is compressed while ingest goes on. Reported: achieved rate vs target, CPU of
+the API (ingest) processes and of this database's PostgreSQL backends, their memory, database growth
+and its size per day, rollup and compression run times, chunks written. Not a test.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -254,6 +260,10 @@ def main() -> None:
     ap.add_argument("--server", default=os.environ.get("FABRICWATCH_TEST_DATABASE_URL",
                                                        "postgresql://postgres@127.0.0.1/postgres"))
     ap.add_argument("--keep", action="store_true", help="keep the scratch database")
+    ap.add_argument("--hot-s", type=float, default=0.0, help="compression's hot window (production: 3600)")
+    ap.add_argument("--compress-every", type=float, default=60.0, help="seconds between compression runs "
+                    "(beat: compress_interval_s, 300 by default; a minute here starts the run soon "
+                    "after the hour closes); 0: no compression")
     args = ap.parse_args()
 
     devices = fabric()
@@ -271,6 +281,7 @@ def main() -> None:
                                   args.concurrency))
             size0, stats, api_cpu, pg_cpu = db_size(url), PushStats(), CpuMeter(), CpuMeter()
             rollup_runs: list[tuple[str, float, int]] = []
+            compress_runs: list[tuple[str, float, float, dict[str, Any]]] = []
             stop = threading.Event()
 
             def meter() -> None:
@@ -282,6 +293,9 @@ def main() -> None:
             pg_cpu.sample(backends(url))
             threads = [threading.Thread(target=meter, daemon=True),
                        threading.Thread(target=timed_rollups, args=(url, stop, rollup_runs), daemon=True)]
+            if args.compress_every > 0:
+                threads.append(threading.Thread(target=timed_compression, daemon=True,
+                                                args=(url, stop, args.compress_every, args.hot_s, compress_runs)))
             for t in threads:
                 t.start()
             t0 = time.monotonic()
@@ -289,15 +303,17 @@ def main() -> None:
             asyncio.run(push_loop(f"http://127.0.0.1:{args.port}", devices, t0 + args.duration, stats,
                                   args.concurrency))
             wall = time.monotonic() - t0
-            stop.set()
-            for t in threads:
-                t.join(timeout=600)
             api_cpu.sample(proc_tree(proc))
             pg_cpu.sample(backends(url))
             cpu1 = psutil.cpu_times()
+            load = os.getloadavg()
             size1 = db_size(url)
+            stop.set()
+            for t in threads:  # a compression run still going finishes (outside the figures above)
+                t.join(timeout=900)
         with psycopg.connect(url) as c:
             rows = c.execute("SELECT count(*) FROM samples").fetchone()[0]
+            chunks, chunked = c.execute("SELECT count(*), coalesce(sum(n), 0) FROM sample_chunks").fetchone()
         machine_busy = ((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / wall
         lat = sorted(stats.latencies) or [0.0]
         rate = stats.written / wall
@@ -305,7 +321,7 @@ def main() -> None:
         print(f"machine: {platform.node()} {os.cpu_count()} cores, {platform.platform()}")
         print(f"achieved       : {rate:,.0f} samples/s of {target:,.0f} target ({rate / target:.1%}); "
               f"{stats.written:,} written in {wall:.0f} s, {stats.pushes} pushes, {stats.errors} errors, "
-              f"{rows:,} rows stored")
+              f"{rows:,} samples as rows, {chunked:,} in {chunks:,} chunks")
         for kind, n in stats.error_kinds.most_common():
             print(f"push error     : {n} x {kind}")
         print(f"push latency   : p50 {lat[len(lat) // 2] * 1000:.0f} ms, p99 {lat[int(len(lat) * 0.99)] * 1000:.0f} ms,"
@@ -314,11 +330,20 @@ def main() -> None:
               f"({args.workers} uvicorn workers)")
         print(f"PG backends    : {pg_cpu.seconds() / wall:.2f} cores, peak private RSS {pg_cpu.rss_mib():.0f} MiB "
               f"(this database's backends only)")
-        print(f"whole machine  : {machine_busy:.2f} of {os.cpu_count()} cores busy (load generator included)")
+        print(f"whole machine  : {machine_busy:.2f} of {os.cpu_count()} cores busy (load generator and compression's "
+              f"client included; other sessions' work too); load average at the end {load[0]:.2f} {load[1]:.2f} "
+              f"{load[2]:.2f}")
         print(f"db growth      : {grow / 2**20:.2f} MiB/s = {grow * 86400 / 2**30:.1f} GiB/day; "
               f"{(size1 - size0) / max(1, stats.written):.1f} bytes/sample; {size1 / 2**30:.2f} GiB at end")
         for level, secs, n in rollup_runs:
             print(f"rollup {level:3s}     : {secs:.2f} s, {n} rows")
+        for at, secs, cpu, r in compress_runs:
+            print(f"compression    : at {at}, {secs:.1f} s ({cpu:.1f} s client CPU): {r['samples']:,} samples into "
+                  f"{r['chunks']:,} chunks, "
+                  f"{r['batches']} batches, {r['periods']} periods, done until {r['done_until']}, "
+                  f"complete {r['complete']}, busy {r['busy']}")
+        if not compress_runs:
+            print("compression    : no run (none enabled, or the soak ended before a run)")
     finally:
         if args.keep:
             print(f"kept {url}")
@@ -339,6 +364,23 @@ def timed_rollups(db_url: str, stop: threading.Event, runs: list[tuple[str, floa
             r = run_level(engine, lv, now=datetime.now(UTC), lag_s=60, max_gap_s=900, max_chunks=24)
             if r.chunks:
                 runs.append((lv.name, time.perf_counter() - t0, r.rows))
+
+
+def timed_compression(db_url: str, stop: threading.Event, every_s: float, hot_s: float,
+                      runs: list[tuple[str, float, float, dict[str, Any]]]) -> None:
+    """run_compression every `every_s` as beat runs it (same batch limits as the defaults); records each
+    run that found anything to do (its time and CompressRun) and, on the stop, a run still going."""
+    sys.path.insert(0, str(REPO))
+    from service.db import get_engine
+    from service.telemetry.compress import run_compression
+
+    engine = get_engine(db_url)
+    while not stop.wait(every_s):
+        at = datetime.now(UTC)
+        t0, c0 = time.perf_counter(), time.thread_time()
+        r = run_compression(engine, now=at, hot_s=hot_s, batch_series=2000, max_batches=2000)
+        if r.batches or r.busy:
+            runs.append((f"{at:%H:%M:%S}", time.perf_counter() - t0, time.thread_time() - c0, r.to_dict()))
 
 
 if __name__ == "__main__":

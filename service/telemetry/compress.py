@@ -45,6 +45,7 @@ from service.telemetry.partitions import (
     ensure_chunk_partitions,
     existing_partitions,
     partition_name,
+    summarize_new_ranges,
 )
 from service.telemetry.store import Samples, copy_out, copy_rows_and_chunks, merge, per_series
 
@@ -227,6 +228,17 @@ def _oldest_rows(conn: Connection, limit: datetime) -> datetime | None:
     return None
 
 
+def _has_rows(engine: Engine, lo: datetime, hi: datetime) -> bool:
+    """Whether any row lies in [lo, hi): an empty period (the hours before a fresh install's first
+    samples, a gap in collection) costs one look instead of a DELETE per series batch, 45 ms each at
+    the 4,096-GPU fabric (its first run walked 2,000 empty batches in 90 s, under ingest)."""
+    with engine.begin() as conn:
+        summarize_new_ranges(conn, lo.date(), (hi - timedelta(microseconds=1)).date())
+        conn.execute(text("SET LOCAL enable_seqscan = off"))  # the BRIN on ts, as the rollups read it
+        return bool(conn.execute(text("SELECT EXISTS (SELECT 1 FROM sample_rows WHERE ts >= :lo AND ts < :hi)"),
+                                 {"lo": lo, "hi": hi}).scalar())
+
+
 def run_compression(engine: Engine, *, now: datetime, hot_s: float = 3600.0, batch_series: int = 2000,
                     max_batches: int = 1000) -> CompressRun:
     """Compress up to `max_batches` batches of what lies before the cutoff (see the module's doc)."""
@@ -269,7 +281,7 @@ def _run(engine: Engine, run: CompressRun, *, now: datetime, hot_s: float, batch
     t = start
     while t is not None and t < limit:
         step = DAY if t == _floor(t, DAY) and t + DAY <= limit else HOUR
-        batches = day_batches if step == DAY else hour_batches
+        batches = (day_batches if step == DAY else hour_batches) if _has_rows(engine, t, t + step) else []
         for a, b in batches:
             if not budget():
                 return _finish(engine, run, touched, written, rewrite)

@@ -139,6 +139,19 @@ def test_late_and_duplicate_samples_into_compressed_hours_are_merged(db: Engine)
                          AND a.first_ts < b.first_ts AND a.last_ts >= b.first_ts""") == 0
 
 
+def test_empty_hours_cost_no_batches(db: Engine) -> None:
+    """A fresh database's first run starts at its oldest day: the hours before the first sample (and
+    gaps) are passed with one look each, not a transaction per series batch."""
+    add_hosts(db, 1)
+    first = T0 + timedelta(hours=20, minutes=10)
+    ingest_samples(engine=db, samples=[Sample("port_oper_up", 1, _ms(first + timedelta(minutes=i)), "h-000", "eth0")
+                                       for i in range(30)])
+    run = run_compression(db, now=T0 + timedelta(hours=22), hot_s=0, batch_series=1)
+    # 22 hours walked up to the cutoff; only the one with rows is moved (a batch per series id range)
+    assert run.done_until == T0 + timedelta(hours=22) and run.periods == 22 and run.samples == 30
+    assert run.batches == _count(db, "SELECT count(*) FROM series") + 1
+
+
 def test_import_blocks_become_chunks(db: Engine) -> None:
     add_hosts(db, 1)
     ingest_samples(engine=db, samples=[Sample("port_oper_up", 1, _ms(T0), "h-000", "eth0")])
