@@ -33,17 +33,27 @@ _STEP = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1000}
 
 
+# Times a fabric's history can hold; outside them a value is a typo (Unix seconds given as milliseconds).
+EARLIEST_MS = 946_684_800_000   # 2000-01-01
+LATEST_MS = 4_102_444_800_000   # 2100-01-01
+
+
 def parse_time_ms(v: str) -> int:
     v = v.strip()
     if v.isdigit():
-        return int(v)
-    try:
-        dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
-    except ValueError:
-        raise typer.BadParameter(f"{v!r} is neither ISO-8601 nor Unix milliseconds") from None
-    if dt.tzinfo is None:
-        raise typer.BadParameter(f"{v!r} has no time zone; add Z or an offset")
-    return int(dt.timestamp() * 1000)
+        ms = int(v)
+    else:
+        try:
+            dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
+        except ValueError:
+            raise typer.BadParameter(f"{v!r} is neither ISO-8601 nor Unix milliseconds") from None
+        if dt.tzinfo is None:
+            raise typer.BadParameter(f"{v!r} has no time zone; add Z or an offset")
+        ms = int(dt.timestamp() * 1000)
+    if not EARLIEST_MS <= ms < LATEST_MS:
+        hint = "; Unix seconds? give milliseconds (x1000) or ISO-8601" if v.isdigit() and ms < EARLIEST_MS else ""
+        raise typer.BadParameter(f"{v!r} is outside 2000-01-01 .. 2100-01-01{hint}")
+    return ms
 
 
 def parse_step_ms(v: str) -> int:
