@@ -123,12 +123,13 @@ FROM endpoints e JOIN devices d ON d.id = e.device_id LEFT JOIN target_status t 
 LEFT JOIN gnmi_stream_state g ON g.endpoint_id = e.id
 WHERE (CAST(:device AS text) IS NULL OR d.name = :device)
   AND (CAST(:protocol AS text) IS NULL OR e.protocol = :protocol)
+  AND (CAST(:pod AS text) IS NULL OR d.pod = :pod)
 ORDER BY d.name, e.protocol
 """
 
 
 def list_targets(conn: Connection, *, device: str | None = None, protocol: str | None = None,
-                 rules: bool = True) -> list[dict[str, Any]]:
+                 pod: str | None = None, rules: bool = True) -> list[dict[str, Any]]:
     """Every collection target with its last status and coverage.
 
     `state` is ok, degraded (the target answered, but the last collection stored no sample, or an
@@ -143,9 +144,9 @@ def list_targets(conn: Connection, *, device: str | None = None, protocol: str |
 
     blocked = blocked_rules_by_device(conn) if rules else None
     out = []
+    rows = conn.execute(text(_TARGETS_SQL), {"device": device, "protocol": protocol, "pod": pod}).all()
     for (dev, proto, addr, port, pod, attempt, success, error, error_at, warnings, duration, samples,
-         failures, config, record, *stream) in conn.execute(text(_TARGETS_SQL),
-                                                             {"device": device, "protocol": protocol}).all():
+         failures, config, record, *stream) in rows:
         cov = summarize(record, None if blocked is None else blocked.get(dev, []))
         state = "never_polled" if attempt is None else ("failing" if failures else "ok")
         reason = error if failures else None

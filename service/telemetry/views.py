@@ -19,7 +19,7 @@ from service.observability import INGEST_ERRORS
 from service.telemetry import catalogue
 from service.telemetry.ingest import NothingStored
 from service.telemetry.promtext import PromParseError
-from service.telemetry.schemas import ImportReport, LinkCheckRead, SeriesRead, TargetsRead
+from service.telemetry.schemas import ImportReport, LinkCheckRead, SeriesRead, TargetState, TargetsRead
 from service.telemetry.service import import_prometheus, query_series
 
 router = APIRouter(prefix="/api/v1", tags=["telemetry"])
@@ -104,16 +104,18 @@ def get_series(
 
 @router.get("/targets", summary="Collection targets and their last status", response_model=TargetsRead)
 def get_targets(
-    engine: EngineDep, _: ReadScope, device: str | None = None, protocol: EndpointProtocol | None = None
+    engine: EngineDep, _: ReadScope, device: str | None = None, protocol: EndpointProtocol | None = None,
+    pod: str | None = None, state: Annotated[list[TargetState] | None, Query()] = None,
 ) -> dict[str, Any]:
     from service.telemetry.targets import list_targets
 
     with engine.connect() as conn:
-        items = list_targets(conn, device=device, protocol=protocol)
+        items = list_targets(conn, device=device, protocol=protocol, pod=pod)
     counts: dict[str, int] = {}
     for t in items:
         counts[t["state"]] = counts.get(t["state"], 0) + 1
-    return {"targets": items, "summary": counts}
+    # the summary counts every state of the device/protocol/pod selection: how many are ok beside the failing
+    return {"targets": [t for t in items if not state or t["state"] in state], "summary": counts}
 
 
 @router.get("/linkcheck", summary="LLDP neighbours compared with the inventory's links", response_model=LinkCheckRead)

@@ -26,6 +26,7 @@ ENUM_FILTERS = [
     ("/api/v1/devices", "role", "leaf"),
     ("/api/v1/devices", "kind", "switch"),
     ("/api/v1/targets", "protocol", "snmp"),
+    ("/api/v1/targets", "state", "degraded"),
     ("/api/v1/kpis", "scope", "leaf"),
 ]
 # Numeric filters that cannot be negative: lanes, priorities, GPUs and rails count from 0.

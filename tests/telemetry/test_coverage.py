@@ -329,3 +329,31 @@ def test_gap_polls_setting() -> None:
     assert load_settings(telemetry_gap_polls=5).telemetry_gap_polls == 5
     with pytest.raises(SettingsError, match="TELEMETRY_GAP_POLLS"):
         load_settings(telemetry_gap_polls=0)
+
+
+def test_targets_filter_by_state_and_pod_and_the_summary_counts_the_whole_selection(
+        db: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.snmp_peers import silent_udp_socket
+
+    sock, port = silent_udp_socket()
+    try:
+        monkeypatch.setenv("FW_COV_GONE", "x")
+        eps = _load(db, {**_switch("gone2", port, "FW_COV_GONE", ["Ethernet1"]), "pod": "pod-a"},
+                    {**_switch("new2", port, "FW_COV_GONE", ["Ethernet1"]), "pod": "pod-a"},
+                    {**_switch("new3", port, "FW_COV_GONE", ["Ethernet1"]), "pod": "pod-b"})
+        assert not run_collection(eps["gone2"], ["state"], settings=load_settings(database_url=db_url))["ok"]
+    finally:
+        sock.close()
+    with TestClient(create_app(load_settings(database_url=db_url, auth_required=False))) as client:
+        def names(**params: Any) -> tuple[list[str], dict[str, int]]:
+            r = client.get("/api/v1/targets", params=params)
+            assert r.status_code == 200, r.text
+            return [t["device"] for t in r.json()["targets"]], r.json()["summary"]
+
+        assert names(state="failing") == (["gone2"], {"failing": 1, "never_polled": 2})
+        assert names(state=["failing", "never_polled"], pod="pod-a") == (["gone2", "new2"],
+                                                                         {"failing": 1, "never_polled": 1})
+        assert names(pod="pod-b") == (["new3"], {"never_polled": 1})
+        assert names(state="ok") == ([], {"failing": 1, "never_polled": 2})
+        bad = client.get("/api/v1/targets", params={"state": "down"})
+        assert bad.status_code == 422 and "never_polled" in bad.text
