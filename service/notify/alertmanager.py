@@ -36,7 +36,7 @@ from sqlalchemy import Connection, Engine, text
 
 from service.notify import NotifySettings, notify_settings
 from service.notify.outbox import matches_filters
-from service.notify.payloads import iso
+from service.notify.payloads import iso, strongest_evidence
 from service.notify.schemas import AlertmanagerSettings
 from service.notify.sealing import Sealer, SealError
 from service.notify.urlpolicy import UrlPolicy, UrlRefused, check_url
@@ -152,7 +152,7 @@ def annotations(alert: dict[str, Any], *, drain: dict[str, Any] | None, public_u
                 runbook_url: str = "") -> dict[str, str]:
     """What a person reads: the summary, evidence, what to do (runbook), the drain, and where to look."""
     action = str(alert.get("action") or "none")
-    evidence = alert.get("peak_evidence") or alert.get("evidence") or []
+    evidence = strongest_evidence(alert)
     out = {
         "summary": str(alert.get("summary") or alert.get("kind") or ""),
         "description": (f"cause {alert.get('cause')}, action {action}"

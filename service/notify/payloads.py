@@ -13,10 +13,11 @@ from typing import Any
 
 SCHEMA = "fabricwatch.alert.v1"
 EVENTS = ("firing", "acknowledged", "resolved", "test")
-ALERT_FIELDS = ("id", "fingerprint", "kind", "scope", "state", "severity", "cause", "action", "end", "device",
-                "port", "lane", "peer_device", "peer_port", "pod", "summary", "score", "ttt_hours", "evidence",
-                "members", "parent_id", "episode", "muted_by", "opened_at_ms", "first_opened_at_ms",
-                "last_seen_ms", "resolved_at_ms", "resolved_by", "acknowledged_at_ms", "acknowledged_by")
+ALERT_FIELDS = ("id", "fingerprint", "kind", "scope", "state", "severity", "cause", "action", "end", "device", "port",
+                "lane", "peer_device", "peer_port", "pod", "summary", "score", "ttt_hours", "evidence", "peak_score",
+                "peak_evidence", "peak_at_ms", "members", "parent_id", "episode", "muted_by", "opened_at_ms",
+                "first_opened_at_ms", "last_seen_ms", "resolved_at_ms", "resolved_by", "acknowledged_at_ms",
+                "acknowledged_by")
 PD_SEVERITY = {"page": "critical", "ticket": "warning", "info": "info"}
 _AM_ZERO_TIME = "0001-01-01T00:00:00Z"  # what Alertmanager sends as endsAt for a firing alert
 
@@ -24,6 +25,11 @@ _AM_ZERO_TIME = "0001-01-01T00:00:00Z"  # what Alertmanager sends as endsAt for 
 def snapshot(alert: dict[str, Any]) -> dict[str, Any]:
     """The alert fields a notification carries (JSON-safe)."""
     return {k: alert.get(k) for k in ALERT_FIELDS}
+
+
+def strongest_evidence(alert: dict[str, Any]) -> list[dict[str, Any]]:
+    """The episode's worst cycle's evidence: a resolve (or a quieter cycle) still says what the fault was."""
+    return alert.get("peak_evidence") or alert.get("evidence") or []
 
 
 def idempotency_key(alert_id: int, change_id: int) -> str:
@@ -79,7 +85,7 @@ def alertmanager(msg: dict[str, Any], *, receiver: str = "", public_url: str | N
     labels = _am_labels(a)
     annotations = {"summary": str(a.get("summary") or ""), "action": str(a.get("action") or ""),
                    "fabricwatch_fingerprint": str(a.get("fingerprint") or ""),
-                   "evidence": json.dumps(a.get("evidence") or [], sort_keys=True)}
+                   "evidence": json.dumps(strongest_evidence(a), sort_keys=True)}
     if a.get("end"):
         annotations["end"] = str(a["end"])
     group_labels = {k: labels[k] for k in ("alertname", "device") if k in labels}
@@ -117,9 +123,11 @@ def pagerduty(msg: dict[str, Any], *, routing_key: str | None = None, public_url
     if action != "trigger":
         return body  # PagerDuty needs only the dedup_key to acknowledge or resolve
     summary = str(a.get("summary") or f"{a.get('kind')} on {_entity(a)}")
-    details = {k: a.get(k) for k in ("fingerprint", "kind", "cause", "action", "end", "score", "evidence",
-                                     "members", "peer_device", "peer_port", "ttt_hours")
+    details = {k: a.get(k) for k in ("fingerprint", "kind", "cause", "action", "end", "score", "members",
+                                     "peer_device", "peer_port", "ttt_hours")
                if a.get(k) not in (None, [], "")}
+    if evidence := strongest_evidence(a):
+        details["evidence"] = evidence
     details["change"] = msg["change"]
     payload = {"summary": summary[:1024], "source": str(a.get("device") or "fabricwatch"),
                "severity": PD_SEVERITY.get(str(a.get("severity")), "warning"), "timestamp": msg["at"],

@@ -5,6 +5,7 @@ request goes to the address that was checked)."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 import socket
@@ -322,3 +323,28 @@ def test_https_to_a_name_keeps_its_host_header_sni_and_certificate_check(tmp_pat
     assert req.sni == "localhost" and req.headers["host"] == f"localhost:{r.port}"
     # the certificate names localhost only: verified against the address, it fails
     assert not by_ip.ok and "CERTIFICATE_VERIFY_FAILED" in (by_ip.error or ""), by_ip.error
+
+
+def test_a_resolve_still_says_what_the_fault_was(db: Engine, receiver: Receiver) -> None:
+    """The resolve's evidence is the last cycle's (clearing); the episode's worst cycle travels beside it as
+    peak_* (generic) and as the evidence of the Alertmanager and PagerDuty formats."""
+    from service.detection.findings import Evidence
+
+    subscribe(db, receiver.url + "/generic")
+    subscribe(db, receiver.url + "/pd", name="pd", fmt="pagerduty", routing_key="k" * 32)
+    worst = [Evidence("rx_power_dbm", -12.5, baseline=-3.1, cohort=-3.0, unit="dBm")]
+    quieter = [Evidence("rx_power_dbm", -4.0, baseline=-3.1, cohort=-3.0, unit="dBm")]
+    with db.begin() as conn:
+        (alert_id,) = apply_findings(conn=conn, findings=[finding(score=6.0, evidence=worst)], at_ms=T0).opened
+    with db.begin() as conn:
+        apply_findings(conn=conn, findings=[finding(score=1.5, evidence=quieter, at_ms=T0 + STEP)], at_ms=T0 + STEP)
+        alerts.resolve(conn=conn, alert_id=alert_id, actor="alice")
+    drain(db)
+    generic = {json.loads(r.body)["event"]: json.loads(r.body) for r in receiver.bodies("/generic")}
+    resolved = generic["resolved"]["alert"]
+    assert resolved["evidence"][0]["value"] == -4.0 and resolved["score"] == 1.5
+    assert resolved["peak_evidence"][0]["value"] == -12.5 and resolved["peak_score"] == 6.0
+    assert resolved["peak_at_ms"] == T0
+    (pd_trigger,) = [b for b in map(json.loads, (r.body for r in receiver.bodies("/pd")))
+                     if b["event_action"] == "trigger"]
+    assert pd_trigger["payload"]["custom_details"]["evidence"][0]["value"] == -12.5
