@@ -35,6 +35,7 @@ from service.db import get_engine
 from service.inventory.secrets import SecretError, target_for
 from service.models import Endpoint
 from service.observability import COLLECT_ERRORS, COLLECT_SECONDS
+from service.shards.ingest import shard_engine_for_device
 from service.telemetry.coverage import record_coverage
 from service.telemetry.ingest import Ingestor, IngestReport
 from service.telemetry.targets import (
@@ -182,8 +183,11 @@ def store_collection(engine: Engine, pending: PendingStore, *, settings: Setting
     """Samples, link events, neighbours and status of one collection, in one transaction."""
     result = pending.result
     started = datetime.fromtimestamp(pending.started_ms / 1000, tz=UTC)
-    with engine.begin() as conn:
-        ingestor = Ingestor(conn, batch_rows=settings.ingest_batch_rows)
+    # Sharded, the samples go to the device's shard (committed first: a retry stores no duplicates) and the
+    # status to the control database; unsharded both are this one transaction (service/shards/ingest.py).
+    shard = shard_engine_for_device(engine, settings, pending.device_id)
+    with engine.begin() as conn, (shard.begin() if shard is not None else contextlib.nullcontext(conn)) as data:
+        ingestor = Ingestor(data, batch_rows=settings.ingest_batch_rows)
         for s in result.samples:
             ingestor.add(s)
         report = ingestor.finish()

@@ -23,6 +23,7 @@ from pydantic_settings import (
 from service.drains.schemas import DrainSettings
 from service.incidents.schemas import IncidentSettings
 from service.notify.schemas import AlertmanagerSettings
+from service.shards.topology import ShardSettings
 
 ENV_PREFIX = "FABRICWATCH_"
 
@@ -41,7 +42,7 @@ class SettingsError(RuntimeError):
 # Nested groups, each set by FABRICWATCH_<GROUP>_<FIELD> (FABRICWATCH_DRAIN_MAX_PER_POD) or a `<group>:` mapping
 # in the config file; the environment wins field by field, as everywhere else.
 GROUPS: dict[str, type[BaseModel]] = {"drain": DrainSettings, "soak": IncidentSettings,
-                                      "alertmanager": AlertmanagerSettings}
+                                      "alertmanager": AlertmanagerSettings, "shards": ShardSettings}
 
 
 class _GroupEnvSource(PydanticBaseSettingsSource):
@@ -125,6 +126,8 @@ class Settings(BaseSettings):
     alertmanager: AlertmanagerSettings = Field(
         default_factory=AlertmanagerSettings,
         description="pushing alerts to Alertmanagers (FABRICWATCH_ALERTMANAGER_<FIELD>; docs/alertmanager.md)")
+    shards: ShardSettings = Field(default_factory=ShardSettings, description="telemetry shards and their pods "
+                                  "(FABRICWATCH_SHARDS_<FIELD>; docs/architecture.md#shards); unset: one server")
 
     @field_validator("trusted_proxies")
     @classmethod

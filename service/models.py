@@ -9,6 +9,7 @@ from service.incidents.models import Incident, IncidentEvent
 from service.inventory.models import Device, Endpoint, Link, Optic, Pod, Port
 from service.nccl.models import NcclBaseline, NcclResultRow, NcclRunRow
 from service.notify.models import OutboxMessage, WebhookDelivery, WebhookSubscription
+from service.shards.models import ShardPod
 from service.telemetry.models import (
     ChunkWatermark,
     CollectionSlot,
@@ -54,6 +55,7 @@ __all__ = [
     "sample_chunks",
     "sample_rows",
     "Series",
+    "ShardPod",
     "Silence",
     "TargetStatus",
     "WebhookDelivery",

@@ -7,7 +7,7 @@ import zlib
 from datetime import timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from service.api.auth import ReadScope, require
@@ -73,6 +73,8 @@ async def import_prom(request: Request, engine: EngineDep, settings: SettingsDep
 @router.get("/series", summary="Stored series; counters as per-second rates", response_model=SeriesRead)
 def get_series(
     engine: EngineDep,
+    settings: SettingsDep,
+    response: Response,
     _: ReadScope,
     metric: str,
     device: str | None = None,
@@ -88,9 +90,15 @@ def get_series(
     if catalogue.get(metric) is None:
         raise Problem(404, "Unknown metric", f"{metric!r} is not in the metric catalogue")
     t_start, t_end = time_range(start, end, timedelta(hours=1))
+    query = {"metric": metric, "device": device, "port": port, "lane": lane, "priority": priority, "gpu": gpu,
+             "start": t_start, "end": t_end, "step_s": step, "raw": raw}
     with engine.connect() as conn:
-        results = query_series(conn=conn, metric=metric, device=device, port=port, lane=lane,
-                               priority=priority, gpu=gpu, start=t_start, end=t_end, step_s=step, raw=raw)
+        if settings.shards.urls:  # every shard, through the fleet tables; the header names pods not seen
+            from service.shards.views import series_across_shards
+
+            results = series_across_shards(conn, settings, response, **query)
+        else:
+            results = query_series(conn=conn, **query)
     return {
         "metric": metric, "start": t_start.isoformat(), "end": t_end.isoformat(), "step": step,
         "series": [

@@ -1,0 +1,196 @@
+"""Bringing a sharded deployment up: each shard's schema, the stored pod map, the shards' copy of their
+inventory, and the control database's fleet tables (partitioned parents with postgres_fdw foreign partitions).
+
+All of it is idempotent and run by `apply` (start-up, or after an inventory load); see
+docs/architecture.md#shards for the layout.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sqlalchemy import Connection, Engine, delete, make_url, select, text
+from sqlalchemy.dialects.postgresql import insert
+
+from service.db import get_engine, normalize_url
+from service.inventory.models import Device, Optic, Port
+from service.shards.models import ShardPod
+from service.shards.topology import NO_POD, Topology
+
+log = logging.getLogger(__name__)
+
+SHARD_SCHEMA = "fw_fleet"  # on each shard: the views the foreign tables read
+FLEET_SCHEMA = "fleet"  # on the control database: the partitioned parents and their foreign partitions
+
+
+class PodMoved(RuntimeError):
+    """The setting puts a pod on another shard than the stored map; moving history is not built yet."""
+
+
+# Each shard's own view of what it holds, with the pod as a column (the partition key on the control side).
+# A device without a pod has pod '' so that LIST partitions and `pod = ANY(..)` can name it.
+_SHARD_VIEWS = {
+    "series": """
+SELECT coalesce(d.pod, '') AS pod, s.id AS series_id, s.metric::text AS metric, d.name::text AS device,
+       p.name::text AS port, s.lane, s.priority, s.gpu, s.counter_bits, s.saturating
+FROM series s JOIN devices d ON d.id = s.device_id LEFT JOIN ports p ON p.id = s.port_id""",
+    "rows": """
+SELECT coalesce(d.pod, '') AS pod, r.series_id, r.ts, r.value
+FROM sample_rows r JOIN series s ON s.id = r.series_id JOIN devices d ON d.id = s.device_id""",
+    "blocks": """
+SELECT coalesce(d.pod, '') AS pod, b.series_id, b.first_ts, b.last_ts, b.ts, b.vals
+FROM sample_blocks b JOIN series s ON s.id = b.series_id JOIN devices d ON d.id = s.device_id""",
+    "chunks": """
+SELECT coalesce(d.pod, '') AS pod, c.series_id, c.first_ts, c.last_ts, c.data
+FROM sample_chunks c JOIN series s ON s.id = c.series_id JOIN devices d ON d.id = s.device_id""",
+}
+
+# The same columns on the control side (types as the views give them).
+_FLEET_COLUMNS = {
+    "series": "pod text, series_id int, metric text, device text, port text, lane smallint, priority smallint, "
+              "gpu smallint, counter_bits smallint, saturating boolean",
+    "rows": "pod text, series_id int, ts timestamptz, value float8",
+    "blocks": "pod text, series_id int, first_ts timestamptz, last_ts timestamptz, ts timestamptz[], vals float8[]",
+    "chunks": "pod text, series_id int, first_ts timestamptz, last_ts timestamptz, data bytea",
+}
+
+
+def prepare_shard(url: str) -> None:
+    """The shard's database (created if missing), its schema at head, and the views the fleet tables read."""
+    from service.migrate import create_database_if_missing, upgrade
+
+    create_database_if_missing(url)
+    upgrade(url)
+    with get_engine(url).begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SHARD_SCHEMA}"))
+        for name, body in _SHARD_VIEWS.items():
+            conn.execute(text(f"CREATE OR REPLACE VIEW {SHARD_SCHEMA}.{name} AS {body}"))
+
+
+def inventory_pods(conn: Connection) -> set[str]:
+    """Every pod the control database knows (the pods table and the devices' pods), and '' for pod-less devices."""
+    pods = set(conn.execute(text("SELECT name FROM pods UNION SELECT DISTINCT coalesce(pod, '') FROM devices"))
+               .scalars())
+    return pods | {NO_POD}
+
+
+def store_pod_map(conn: Connection, topology: Topology) -> dict[str, str]:
+    """Write the pod -> shard map of the inventory's pods into `shard_pods`; the whole map. A pod that the
+    setting now puts on another shard than the stored one raises PodMoved (rebalancing is not built yet)."""
+    stored = dict(conn.execute(select(ShardPod.pod, ShardPod.shard)).all())
+    wanted = {pod: topology.shard_of(pod or None) for pod in inventory_pods(conn) | set(topology.pod_shard)}
+    moved = sorted(f"{pod or '(no pod)'}: {stored[pod]} -> {shard}" for pod, shard in wanted.items()
+                   if pod in stored and stored[pod] != shard)
+    if moved:
+        raise PodMoved("the topology moves pods to another shard, which needs their history copied "
+                       "(rebalancing, not built yet): " + ", ".join(moved))
+    new = {pod: shard for pod, shard in wanted.items() if pod not in stored}
+    if new:
+        conn.execute(insert(ShardPod).values([{"pod": p, "shard": s} for p, s in sorted(new.items())])
+                     .on_conflict_do_nothing())
+    return {**stored, **new}
+
+
+def _rows(conn: Connection, table: Any, where: Any) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(select(table).where(where)).mappings()]
+
+
+def _upsert(conn: Connection, table: Any, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    stmt = insert(table).values(rows)
+    conn.execute(stmt.on_conflict_do_update(index_elements=["id"],
+                                            set_={c.name: stmt.excluded[c.name] for c in table.columns
+                                                  if c.name != "id"}))
+
+
+def sync_inventory(control: Connection, shard_conn: Connection, pods: set[str]) -> int:
+    """Copy the devices of these pods ('' for pod-less ones), their ports and optics into the shard, with the
+    control database's ids, and remove what the shard holds beyond them (the series of a removed device or
+    port go with it: migration 0080's triggers). Ingest on the shard resolves names against this copy.
+    Returns the devices copied."""
+    dev_t, port_t, optic_t = Device.__table__, Port.__table__, Optic.__table__
+    in_pods = Device.pod.in_(sorted(pods - {NO_POD}))
+    devices = _rows(control, dev_t, in_pods | Device.pod.is_(None) if NO_POD in pods else in_pods)
+    dev_ids = [d["id"] for d in devices]
+    ports = _rows(control, port_t, Port.device_id.in_(dev_ids))
+    port_ids = [p["id"] for p in ports]
+    optics = _rows(control, optic_t, Optic.port_id.in_(port_ids))
+    # Removed first: a name freed by one id may be taken by another (unique names).
+    shard_conn.execute(delete(dev_t).where(dev_t.c.id.not_in(dev_ids)))
+    shard_conn.execute(delete(port_t).where(port_t.c.id.not_in(port_ids)))
+    shard_conn.execute(delete(optic_t).where(optic_t.c.id.not_in([o["id"] for o in optics])))
+    for table, rows in ((dev_t, devices), (port_t, ports), (optic_t, optics)):
+        for i in range(0, len(rows), 1000):
+            _upsert(shard_conn, table, rows[i:i + 1000])
+    return len(devices)
+
+
+def _literal(conn: Connection, value: str) -> str:
+    return conn.execute(text("SELECT quote_literal(:v)"), {"v": value}).scalar_one()
+
+
+def fleet_tables(conn: Connection, topology: Topology, pod_map: dict[str, str]) -> None:
+    """(Re)build the control database's fleet schema: a foreign server and user mapping per shard, and per
+    fleet table a parent partitioned by LIST (pod) with one foreign partition per shard listing its pods.
+    Queries on the parent prune shards by pod and send their time and pod conditions to the shard."""
+    conn.execute(text("CREATE EXTENSION IF NOT EXISTS postgres_fdw"))
+    conn.execute(text(f"DROP SCHEMA IF EXISTS {FLEET_SCHEMA} CASCADE"))
+    conn.execute(text(f"CREATE SCHEMA {FLEET_SCHEMA}"))
+    for name, cols in _FLEET_COLUMNS.items():
+        conn.execute(text(f"CREATE TABLE {FLEET_SCHEMA}.{name} ({cols}) PARTITION BY LIST (pod)"))
+    for shard, url in sorted(topology.shards.items()):
+        u = make_url(normalize_url(url))
+        server = f"fw_shard_{shard}"
+        opts = {"host": u.host or "localhost", "port": str(u.port or 5432), "dbname": u.database or "postgres",
+                # shards are scanned at once (async append), and rows come in large fetches
+                "async_capable": "true", "fetch_size": "10000",
+                "connect_timeout": str(topology.connect_timeout_s)}
+        exists = conn.execute(text("SELECT 1 FROM pg_foreign_server WHERE srvname = :s"), {"s": server}).first()
+        if exists:
+            conn.execute(text(f"DROP SERVER {server} CASCADE"))  # its options may have changed
+        conn.execute(text(f"CREATE SERVER {server} FOREIGN DATA WRAPPER postgres_fdw OPTIONS ("
+                          + ", ".join(f"{k} {_literal(conn, v)}" for k, v in opts.items()) + ")"))
+        creds = {"user": u.username or "postgres"} | ({"password": u.password} if u.password else {})
+        conn.execute(text(f"CREATE USER MAPPING FOR CURRENT_USER SERVER {server} OPTIONS ("
+                          + ", ".join(f"{k} {_literal(conn, v)}" for k, v in creds.items()) + ")"))
+        pods = sorted(p for p, s in pod_map.items() if s == shard)
+        if not pods:
+            continue  # a LIST partition names at least one value; a shard with no pod holds nothing to read
+        values = ", ".join(_literal(conn, p) for p in pods)
+        for name in _FLEET_COLUMNS:
+            conn.execute(text(
+                f"CREATE FOREIGN TABLE {FLEET_SCHEMA}.{name}__{shard} PARTITION OF {FLEET_SCHEMA}.{name} "
+                f"FOR VALUES IN ({values}) SERVER {server} "
+                f"OPTIONS (schema_name '{SHARD_SCHEMA}', table_name '{name}')"))
+
+
+def apply(topology: Topology) -> dict[str, str]:
+    """Bring every shard and the control database's fleet tables in line with the topology and the
+    inventory; returns the pod map. Every shard must answer (ShardsUnavailable otherwise, naming each)."""
+    from service.migrate import DatabaseUnavailable, create_database_if_missing
+    from service.shards.topology import ShardsUnavailable
+
+    down = {}
+    for shard, url in sorted(topology.shards.items()):  # every shard tried, so the error names them all
+        try:
+            create_database_if_missing(url)
+        except DatabaseUnavailable as exc:
+            down[shard] = str(exc)
+    if down:
+        raise ShardsUnavailable(down)
+    for url in topology.shards.values():
+        prepare_shard(url)
+    control: Engine = get_engine(topology.control_url)
+    with control.begin() as conn:
+        pod_map = store_pod_map(conn, topology)
+        for shard, url in sorted(topology.shards.items()):
+            pods = {p for p, s in pod_map.items() if s == shard}
+            if normalize_url(url) == normalize_url(topology.control_url):
+                continue  # the control database doubles as this shard: it holds the whole inventory already
+            with get_engine(url).begin() as shard_conn:
+                n = sync_inventory(conn, shard_conn, pods)
+            log.info("shard %s: %d devices of %d pods", shard, n, len(pods))
+        fleet_tables(conn, topology, pod_map)
+    return pod_map

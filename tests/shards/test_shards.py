@@ -1,0 +1,254 @@
+"""A control database and two telemetry shards on real servers: the stored pod map, each shard's copy of its
+inventory, writes routed to their shard, and a fleet-wide read through postgres_fdw foreign partitions, with
+the pod and time conditions sent to the shards and a down shard's pods reported missing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from sqlalchemy import text
+
+from service.db import get_engine
+from service.shards import fleet
+from service.shards.ingest import ingest_samples
+from service.shards.setup import PodMoved, apply, store_pod_map
+from service.shards.topology import ShardSettings, ShardsUnavailable, Topology
+from service.telemetry.chunk_codec import encode
+from service.telemetry.samples import Sample
+from tests.shards.conftest import Cluster
+
+pytestmark = pytest.mark.timeout(180)
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+T0_MS = int(T0.timestamp() * 1000)
+
+
+def _scalar(url: str, sql: str) -> object:
+    with get_engine(url).connect() as conn:
+        return conn.execute(text(sql)).scalar()
+
+
+@pytest.fixture(scope="module")
+def applied(cluster: Cluster) -> Cluster:
+    apply(cluster.topology())
+    return cluster
+
+
+def test_apply_stores_the_pod_map_and_copies_each_shard_its_inventory(applied: Cluster) -> None:
+    with applied.engine.connect() as conn:
+        stored = dict(conn.execute(text("SELECT pod, shard FROM shard_pods")).all())
+    assert stored == {"": "a", "p1": "a", "p2": "b", "p3": "b"}
+    a = _scalar(applied.shard_a.url("fw_shard"), "SELECT string_agg(name, ',' ORDER BY name) FROM devices")
+    b = _scalar(applied.shard_b.url("fw_shard"), "SELECT string_agg(name, ',' ORDER BY name) FROM devices")
+    assert (a, b) == ("leaf1,spine1", "host3,leaf2")
+    # the same ids as the control database's, so a series' device_id means the same device everywhere
+    ids = _scalar(applied.control_url, "SELECT string_agg(id::text, ',' ORDER BY name) FROM devices "
+                  "WHERE name IN ('leaf1', 'spine1')")
+    assert _scalar(applied.shard_a.url("fw_shard"), "SELECT string_agg(id::text, ',' ORDER BY name) FROM devices") \
+        == ids
+    assert _scalar(applied.shard_b.url("fw_shard"), "SELECT count(*) FROM ports") == 4
+    # the shards' schema is the control's (one set of migrations)
+    head = _scalar(applied.control_url, "SELECT version_num FROM alembic_version")
+    assert _scalar(applied.shard_a.url("fw_shard"), "SELECT version_num FROM alembic_version") == head
+    apply(applied.topology())  # again: nothing changes, nothing fails
+    assert _scalar(applied.control_url, "SELECT count(*) FROM shard_pods") == 4
+
+
+def test_a_pod_moved_by_the_setting_is_refused_naming_it(applied: Cluster) -> None:
+    moved = Topology.of(applied.control_url, ShardSettings(urls=applied.settings().urls,
+                                                           pods={"a": ["p1", "p2"], "b": ["p3"]}))
+    with applied.engine.connect() as conn, pytest.raises(PodMoved) as err:
+        store_pod_map(conn, moved)
+    assert "p2: b -> a" in str(err.value) and "p1" not in str(err.value)
+
+
+def test_apply_names_every_unreachable_shard(applied: Cluster) -> None:
+    from tests.shards.pg_cluster import free_port
+
+    urls = {**applied.settings().urls, "c": f"postgresql://postgres@127.0.0.1:{free_port()}/fw_shard"}
+    with pytest.raises(ShardsUnavailable) as err:
+        apply(Topology.of(applied.control_url, ShardSettings(urls=urls, pods=applied.settings().pods,
+                                                            connect_timeout_s=2)))
+    assert list(err.value.errors) == ["c"]
+
+
+def _samples() -> list[Sample]:
+    out = []
+    for i in range(6):
+        t = T0_MS + i * 10_000
+        out += [Sample("port_rx_bytes_total", 1000.0 * i, t, "leaf1", "eth0"),
+                Sample("port_rx_bytes_total", 2000.0 * i, t, "leaf2", "eth0"),
+                Sample("port_rx_bytes_total", 3000.0 * i, t, "spine1", "eth1"),
+                Sample("port_rx_bytes_total", 4000.0 * i, t, "host3", "eth1")]
+    return out + [Sample("port_rx_bytes_total", 1.0, T0_MS, "nosuchdevice", "eth0")]
+
+
+@pytest.fixture(scope="module")
+def ingested(applied: Cluster) -> Cluster:
+    report = ingest_samples(control=applied.engine, topology=applied.topology(), samples=_samples())
+    assert report.errors == {}
+    assert report.reports["a"].written == 12 and report.reports["b"].written == 12
+    # the unknown device went to the default shard, whose ingest reported it as always
+    assert dict(report.reports["a"].unknown_devices) == {"nosuchdevice": 1}
+    return applied
+
+
+def test_writes_go_to_the_shard_of_the_devices_pod(ingested: Cluster) -> None:
+    per_device = ("SELECT string_agg(d.name || '=' || n, ',' ORDER BY d.name) FROM (SELECT s.device_id, count(*) n "
+                  "FROM sample_rows r JOIN series s ON s.id = r.series_id GROUP BY 1) c "
+                  "JOIN devices d ON d.id = c.device_id")
+    assert _scalar(ingested.shard_a.url("fw_shard"), per_device) == "leaf1=6,spine1=6"
+    assert _scalar(ingested.shard_b.url("fw_shard"), per_device) == "host3=6,leaf2=6"
+    assert _scalar(ingested.control_url, "SELECT count(*) FROM sample_rows") == 0
+
+
+def test_a_collection_stores_its_samples_on_the_shard_and_its_status_on_the_control(ingested: Cluster) -> None:
+    from collectors.base import CollectResult
+    from collectors.spool import PendingStore
+    from collectors.tasks import store_collection
+    from service.config import load_settings
+
+    with ingested.engine.begin() as conn:
+        dev = conn.execute(text("SELECT id FROM devices WHERE name = 'leaf2'")).scalar_one()
+        ep = conn.execute(text("INSERT INTO endpoints (device_id, protocol, address, config) "
+                               "VALUES (:d, 'snmp', '127.0.0.1', '{}') RETURNING id"), {"d": dev}).scalar_one()
+    settings = load_settings(database_url=ingested.control_url, shards=ingested.settings().model_dump())
+    result = CollectResult(target="leaf2/snmp", samples=[
+        Sample("port_tx_bytes_total", 10.0 * i, T0_MS + i * 10_000, "leaf2", "eth1") for i in range(3)])
+    report = store_collection(ingested.engine, PendingStore(ep, dev, "snmp", ["counters"], T0_MS, result),
+                              settings=settings)
+    assert report.written == 3
+    tx_rows = ("SELECT count(*) FROM sample_rows r JOIN series s ON s.id = r.series_id "
+               "WHERE s.metric = 'port_tx_bytes_total'")
+    assert _scalar(ingested.shard_b.url("fw_shard"), tx_rows) == 3
+    assert _scalar(ingested.shard_a.url("fw_shard"), tx_rows) == 0
+    assert _scalar(ingested.control_url, tx_rows) == 0
+    assert _scalar(ingested.control_url, f"SELECT samples FROM target_status WHERE endpoint_id = {ep}") == 3
+
+
+def test_fleet_series_reads_every_shard_through_the_foreign_tables(ingested: Cluster) -> None:
+    with ingested.engine.connect() as conn:
+        got, seen = fleet.query_series(conn=conn, topology=ingested.topology(), metric="port_rx_bytes_total",
+                                       start=T0 - timedelta(minutes=1), end=T0 + timedelta(minutes=5))
+    assert seen.missing == [] and seen.down == {}
+    by_device = {(r.device, r.port): r for r in got}
+    assert sorted(by_device) == [("host3", "eth1"), ("leaf1", "eth0"), ("leaf2", "eth0"), ("spine1", "eth1")]
+    # counters as per-second rates: leaf2 grows by 2000 per 10 s on shard b, host3 by 4000
+    assert [v for _, v in by_device[("leaf2", "eth0")].points] == [200.0] * 5
+    assert [v for _, v in by_device[("host3", "eth1")].points] == [400.0] * 5
+    assert by_device[("leaf1", "eth0")].points[0] == (T0_MS + 10_000, 100.0)
+    with ingested.engine.connect() as conn:  # one device: only its series
+        got, _ = fleet.query_series(conn=conn, topology=ingested.topology(), metric="port_rx_bytes_total",
+                                    device="host3", start=T0, end=T0 + timedelta(minutes=5), raw=True)
+    assert [(r.device, [v for _, v in r.points]) for r in got] == [("host3", [4000.0 * i for i in range(6)])]
+
+
+def test_fleet_read_includes_compressed_chunks_and_import_blocks(ingested: Cluster) -> None:
+    """Older samples live in chunks and blocks on the shard; the fleet read decodes them on the control side."""
+    shard_b = ingested.shard_b.url("fw_shard")
+    day = T0 - timedelta(days=1)
+    ts_us = np.array([int((day + timedelta(seconds=10 * i)).timestamp() * 1e6) for i in range(3)], np.int64)
+    with get_engine(shard_b).begin() as conn:
+        sid = conn.execute(text("SELECT s.id FROM series s JOIN devices d ON d.id = s.device_id "
+                                "WHERE d.name = 'leaf2' AND s.metric = 'port_rx_bytes_total'")).scalar_one()
+        conn.execute(text("CREATE TABLE IF NOT EXISTS sample_chunks_p20261129 PARTITION OF sample_chunks "
+                          "FOR VALUES FROM ('2026-11-29') TO ('2026-11-30')"))
+        conn.execute(text("INSERT INTO sample_chunks (series_id, first_ts, last_ts, n, last_value, prev_ts, "
+                          "prev_value, data) VALUES (:s, :f, :l, 3, 20.0, :p, 10.0, :d)"),
+                     {"s": sid, "f": day, "l": day + timedelta(seconds=20), "p": day + timedelta(seconds=10),
+                      "d": encode(ts_us, np.array([0.0, 10.0, 20.0]))})
+        conn.execute(text("INSERT INTO sample_blocks (series_id, first_ts, last_ts, ts, vals) VALUES "
+                          "(:s, :f, :l, ARRAY[:f, :l]::timestamptz[], ARRAY[30.0, 40.0])"),
+                     {"s": sid, "f": day + timedelta(minutes=1), "l": day + timedelta(minutes=2)})
+    with ingested.engine.connect() as conn:
+        got, _ = fleet.query_series(conn=conn, topology=ingested.topology(), metric="port_rx_bytes_total",
+                                    device="leaf2", start=day - timedelta(minutes=1), end=day + timedelta(hours=1),
+                                    raw=True)
+    assert [v for _, v in got[0].points] == [0.0, 10.0, 20.0, 30.0, 40.0]
+
+
+def test_pod_and_time_conditions_reach_the_shard(ingested: Cluster) -> None:
+    """EXPLAIN of the fleet rows read for pod p2's series: shard a's partition is pruned, and shard b is
+    sent the pod, series and time conditions in its Remote SQL (nothing filtered on the control side)."""
+    which = "(pod = ANY(CAST(:p0 AS text[])) AND series_id = ANY(CAST(:s0 AS int[])))"
+    with ingested.engine.connect() as conn:
+        plan = "\n".join(conn.execute(text("EXPLAIN (VERBOSE, COSTS OFF) " + fleet.rows_sql(which)),
+                                      {"p0": ["p2"], "s0": [1, 2], "lo": T0, "hi": T0 + timedelta(hours=1)}).scalars())
+    assert "fleet.rows__b" in plan and "fleet.rows__a" not in plan, plan
+    remote = [line for line in plan.splitlines() if "Remote SQL" in line]
+    assert len(remote) == 1, plan
+    assert "pod = ANY" in remote[0] and "series_id = ANY" in remote[0], plan
+    assert "ts >= " in remote[0] and "ts <= " in remote[0], plan
+    assert "Filter:" not in plan, plan  # every condition went to the shard
+    both = "(pod = ANY(CAST(:p0 AS text[])) AND series_id = ANY(CAST(:s0 AS int[])))"
+    with ingested.engine.connect() as conn:
+        plan = "\n".join(conn.execute(text("EXPLAIN (VERBOSE, COSTS OFF) " + fleet.rows_sql(both)),
+                                      {"p0": ["p1", "p2"], "s0": [1], "lo": T0, "hi": T0}).scalars())
+    assert plan.count("Async Foreign Scan") == 2, plan  # both shards scanned at once
+
+
+def test_a_down_shard_is_left_out_and_its_pods_named(ingested: Cluster) -> None:
+    ingested.shard_b.stop()
+    try:
+        with ingested.engine.connect() as conn:
+            got, seen = fleet.query_series(conn=conn, topology=ingested.topology(), metric="port_rx_bytes_total",
+                                           start=T0, end=T0 + timedelta(minutes=5))
+        assert seen.missing == ["p2", "p3"] and list(seen.down) == ["b"]
+        assert sorted(r.device for r in got) == ["leaf1", "spine1"]  # shard a's, whole
+        # writes for shard a go on; shard b's are refused by name, nothing of them stored
+        report = ingest_samples(control=ingested.engine, topology=ingested.topology(), samples=[
+            Sample("port_rx_bytes_total", 9e3, T0_MS + 60_000, "leaf1", "eth0"),
+            Sample("port_rx_bytes_total", 9e3, T0_MS + 60_000, "leaf2", "eth0")])
+        assert report.reports["a"].written == 1 and list(report.errors) == ["b"]
+        # a collection for the down shard raises what run_collection spools on, and records nothing
+        from sqlalchemy.exc import OperationalError
+
+        from collectors.base import CollectResult
+        from collectors.spool import PendingStore
+        from collectors.tasks import store_collection
+        from service.config import load_settings
+
+        settings = load_settings(database_url=ingested.control_url, shards=ingested.settings().model_dump())
+        with ingested.engine.begin() as conn:
+            dev = conn.execute(text("SELECT id FROM devices WHERE name = 'host3'")).scalar_one()
+            ep = conn.execute(text("INSERT INTO endpoints (device_id, protocol, address, config) "
+                                   "VALUES (:d, 'snmp', '127.0.0.1', '{}') RETURNING id"), {"d": dev}).scalar_one()
+        result = CollectResult(target="host3/snmp", samples=[
+            Sample("port_tx_bytes_total", 1.0, T0_MS, "host3", "eth1")])
+        with pytest.raises(OperationalError):
+            store_collection(ingested.engine, PendingStore(ep, dev, "snmp", ["counters"], T0_MS, result),
+                             settings=settings)
+        assert _scalar(ingested.control_url, f"SELECT count(*) FROM target_status WHERE endpoint_id = {ep}") == 0
+    finally:
+        ingested.shard_b.start()
+    with ingested.engine.connect() as conn:
+        got, seen = fleet.query_series(conn=conn, topology=ingested.topology(), metric="port_rx_bytes_total",
+                                       start=T0, end=T0 + timedelta(minutes=5))
+    assert seen.missing == [] and len(got) == 4
+
+
+def test_series_api_answers_across_shards_with_the_missing_pods_header(ingested: Cluster,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastapi.testclient import TestClient
+
+    from service.api.app import create_app
+    from service.config import load_settings
+
+    settings = load_settings(database_url=ingested.control_url, auth_required=False,
+                             shards=ingested.settings().model_dump())
+    client = TestClient(create_app(settings))
+    params = {"metric": "port_rx_bytes_total", "start": T0.isoformat(), "end": (T0 + timedelta(minutes=5)).isoformat()}
+    r = client.get("/api/v1/series", params=params)
+    assert r.status_code == 200, r.text
+    assert r.headers[fleet.MISSING_HEADER] == ""
+    assert sorted(s["labels"]["device"] for s in r.json()["series"]) == ["host3", "leaf1", "leaf2", "spine1"]
+    ingested.shard_a.stop()
+    try:
+        r = client.get("/api/v1/series", params=params)
+    finally:
+        ingested.shard_a.start()
+    assert r.status_code == 200, r.text
+    assert r.headers[fleet.MISSING_HEADER] == "(no pod),p1"
+    assert sorted(s["labels"]["device"] for s in r.json()["series"]) == ["host3", "leaf2"]
