@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session
 
 from service.inventory.schemas import Inventory
 from service.inventory.service import upsert_inventory
+from service.telemetry.backfill import Hours
 from service.telemetry.catalogue import METRICS, Entity, Kind
 from service.telemetry.chunk_codec import encode
 from service.telemetry.compress import CompressRun, analyze_and_summarize, write_chunks
@@ -363,6 +364,7 @@ class _Writer:
         self.stored = self.chunk_samples = self.row_samples = self.row_duplicates = 0
         self.row_days: set[int] = set()  # UTC days (since 1970) of the hot-window samples staged
         self.days: set[date] = set()
+        self.hours = Hours()  # of everything stored: marked for the rollups at `finish`
 
     def flush(self, buf: _Buffer, cut_ms: int | None = None) -> None:
         """Store the buffered steps and empty the buffer; with `cut_ms`, the last step's samples from that
@@ -392,6 +394,7 @@ class _Writer:
                     ts = ts_ms[t.dev[a:a + per]]
                     sid = np.broadcast_to(t.sids[a:a + per, None], vals.shape)
                     s = Samples(sid[ok].astype(np.int64), ts[ok].astype(np.int64) * 1000, vals[ok])
+                    self.hours.add_times(s.ts_us // 1000)
                     if not ordered:
                         s, dups = merge(Samples.empty(), s)
                         self.run.duplicates += dups
@@ -426,7 +429,11 @@ class _Writer:
             cp.write(HEADER + pack_rows(sid, ts_ms, value) + TRAILER)
 
     def finish(self) -> None:
-        """The hot-window samples into sample_rows (a sample stored before keeps its reading)."""
+        """The hot-window samples into sample_rows (a sample stored before keeps its reading), and the
+        hours written marked for the rollup task (service/telemetry/backfill.py): chunks, like blocks, are
+        history its watermark never reads."""
+        with self.raw.cursor() as cur:
+            self.hours.mark(cur, with_blocks=True)
         if not self.row_days:
             return
         with self.raw.cursor() as cur:

@@ -42,6 +42,7 @@ import numpy as np
 import psycopg
 
 from service.telemetry import catalogue
+from service.telemetry.backfill import Hours
 from service.telemetry.copy_format import HEADER, ROW_BYTES, ROW_DTYPE, TRAILER, pack_blocks_in_parts, pack_rows
 from service.telemetry.partitions import analyze_written, create_partitions
 from service.telemetry.promtext import (
@@ -457,6 +458,7 @@ class Ingestor:
         self._copy_stack = ExitStack()
         self._days: set[int] = set()
         self._wrote_blocks = False
+        self._hours = Hours()  # of the rows stored: marked for the rollups at `finish` (telemetry/backfill.py)
         # the texts of the stream being added (`PromBlock.texts`), their slots (-1: lines refused, why)
         self._stream_texts: list[str] | None = None
         self._stream_slots = np.empty(0, np.int64)
@@ -709,6 +711,7 @@ class Ingestor:
             idx, ts_ms, values, sid = idx[ok], ts_ms[ok], values[ok], sid[ok]
         if not len(idx):
             return
+        self._hours.add_times(ts_ms)
         # Sorted by (series, time): the (series_id, ts) key is then filled in order. The sort
         # is stable, so of two rows with one timestamp the first stays first (and is kept).
         order = np.lexsort((ts_ms, sid))
@@ -923,6 +926,11 @@ class Ingestor:
 
     def finish(self) -> IngestReport:
         self.flush()
+        # hours stored behind the rollup watermark are computed again by the rollup task (live pushes,
+        # ahead of it, write no mark)
+        with self._raw.cursor() as cur:
+            self._hours.mark(cur, with_blocks=self._wrote_blocks)
+        self._hours = Hours()
         self._remember_texts()
         return self.report
 

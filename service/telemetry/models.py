@@ -222,3 +222,16 @@ class RollupWatermark(Base):
     level: Mapped[str] = mapped_column(String(8), primary_key=True)
     done_until: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=text("now()"))
+    # when rows before done_until were last computed again (a back-filled hour): a cache of rollup rows
+    # behind the watermark is stale if it was filled before this
+    revised_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class RollupBackfill(Base):
+    """Hours of a level to compute again (written behind its watermark); `seq` changes on each new mark."""
+
+    __tablename__ = "rollup_backfill"
+    level: Mapped[str] = mapped_column(String(8), primary_key=True)
+    hour: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, server_default=text("nextval('rollup_backfill_seq'::regclass)"))
+    marked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=text("now()"))

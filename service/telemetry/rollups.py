@@ -81,9 +81,9 @@ WITH ser AS (
   SELECT id, counter_bits AS bits, saturating AS sat, metric = ANY(:counters) AS is_counter FROM series
 ), prev AS (
   SELECT DISTINCT ON (series_id) series_id, last_ts AS ts, last AS value FROM rollup_5m
-  WHERE bucket >= :prev_lo AND bucket < :lo ORDER BY series_id, bucket DESC
+  WHERE bucket >= :prev_lo AND bucket < :lo @SERIES@ ORDER BY series_id, bucket DESC
 ), pts AS (
-  SELECT series_id, ts, value, false AS old FROM @SOURCE@ x WHERE ts < :hi
+  SELECT series_id, ts, value, false AS old FROM @SOURCE@ x WHERE ts < :hi @SERIES@
   UNION ALL
   SELECT series_id, ts, value, true FROM prev
 ), steps AS (
@@ -195,18 +195,22 @@ def _start(conn: Connection, level: Level, wm: datetime | None) -> datetime | No
     return oldest if wm is None or wm < oldest else wm
 
 
-def compute_chunk(conn: Connection, level: Level, lo: datetime, hi: datetime, *, max_gap_s: float) -> int:
-    """Compute (upsert) the buckets of [lo, hi); returns the rows inserted or changed."""
+def compute_chunk(conn: Connection, level: Level, lo: datetime, hi: datetime, *, max_gap_s: float,
+                  series: list[int] | None = None) -> int:
+    """Compute (upsert) the buckets of [lo, hi) (of these series ids, 5m level: default all); returns
+    the rows inserted or changed."""
     ensure_partitions(conn, level, lo, hi)
     width = timedelta(seconds=level.bucket_s)
     if level is L5M:
         counters = [m.name for m in catalogue.METRICS.values() if m.kind is catalogue.Kind.COUNTER]
         params: dict[str, Any] = {"lo": lo, "hi": hi, "prev_lo": lo - timedelta(seconds=max_gap_s),
                                   "max_gap": timedelta(seconds=max_gap_s), "width": width, "origin": EPOCH,
-                                  "counters": counters}
+                                  "counters": counters, "sids": series}
         summarize_new_ranges(conn, params["prev_lo"].date(), hi.date())
-        # Compression stays behind the 5-minute watermark, so this is empty unless a range is redone.
-        sql = _5M_SQL.replace("@SOURCE@", merged_between(":lo", ":hi", stage_chunks(conn, lo, hi)))
+        # Compression stays behind the 5-minute watermark, so this is empty unless a range is redone
+        # (a back-filled hour: the series are then taken a batch at a time, so what is decoded is bounded).
+        sql = _5M_SQL.replace("@SOURCE@", merged_between(":lo", ":hi", stage_chunks(conn, lo, hi, series)))
+        sql = sql.replace("@SERIES@", "AND series_id = ANY(:sids)" if series is not None else "")
         # The chunk is a narrow time range of a day partition that keeps growing: the BRIN on ts,
         # summarized just now, is the right path, but on a young partition without statistics the
         # planner picks a scan of the whole day (a 30-minute soak: 57 s per run growing to 260 s).
@@ -225,15 +229,30 @@ class LevelRun:
     rows: int = 0
     done_until: datetime | None = None
     busy: bool = False
+    backfilled: int = 0  # marked hours computed again (rollup_backfill)
+    backfill_rows: int = 0
+    backfill_left: bool = False  # marks left for the next run (its budget spent, or hours not closed yet)
 
     def to_dict(self) -> dict[str, Any]:
         return {"level": self.level, "chunks": self.chunks, "rows": self.rows, "busy": self.busy,
-                "done_until": self.done_until.isoformat() if self.done_until else None}
+                "done_until": self.done_until.isoformat() if self.done_until else None,
+                "backfilled": self.backfilled, "backfill_rows": self.backfill_rows,
+                "backfill_left": self.backfill_left}
 
 
 def run_level(engine: Engine, level: Level, *, now: datetime, lag_s: float, max_gap_s: float,
-              max_chunks: int) -> LevelRun:
-    """Compute up to `max_chunks` chunks of closed buckets after the level's watermark."""
+              max_chunks: int, backfill_series: int = 20_000) -> LevelRun:
+    """Compute up to `max_chunks` chunks of closed buckets after the level's watermark, then up to
+    `max_chunks` hours marked for back-fill before it (`run_backfill`)."""
+    out = _forward(engine, level, now=now, lag_s=lag_s, max_gap_s=max_gap_s, max_chunks=max_chunks)
+    if not out.busy:
+        run_backfill(engine, level, out, now=now, lag_s=lag_s, max_gap_s=max_gap_s, max_hours=max_chunks,
+                     batch_series=backfill_series)
+    return out
+
+
+def _forward(engine: Engine, level: Level, *, now: datetime, lag_s: float, max_gap_s: float,
+             max_chunks: int) -> LevelRun:
     out = LevelRun(level.name)
     for _ in range(max_chunks):
         with engine.begin() as conn:
@@ -260,6 +279,67 @@ def run_level(engine: Engine, level: Level, *, now: datetime, lag_s: float, max_
             out.chunks += 1
             out.done_until = hi
     return out
+
+
+# -- back-fill: hours written behind the watermark (service/telemetry/backfill.py marks them) -------------
+
+_HOUR = timedelta(hours=1)
+_MARK_1H = ("INSERT INTO rollup_backfill (level, hour) VALUES ('1h', :h) ON CONFLICT (level, hour) "
+            "DO UPDATE SET seq = nextval('rollup_backfill_seq'), marked_at = now()")
+
+
+def run_backfill(engine: Engine, level: Level, out: LevelRun, *, now: datetime, lag_s: float, max_gap_s: float,
+                 max_hours: int, batch_series: int = 20_000) -> None:
+    """Compute the level's marked hours again, oldest first (so each hour's first step reads the rollup
+    of the hour before, itself recomputed), up to `max_hours`. Each hour is one transaction under the
+    level's lock: its buckets upserted (5m: a batch of series at a time), its mark deleted unless marked
+    again meanwhile (`seq`), and for the 5m level the hour marked for the 1h level. A run killed at any
+    point leaves the mark, and the next run computes the hour again (the upsert changes nothing twice).
+
+    Which marks are work: an hour at or after the watermark is not (the forward run reads it later;
+    the mark goes). Before a level's first forward run (no watermark): a 5m hour once closed (`lag_s`
+    after its end); a 1h hour always (its 5m rows were computed when it was marked)."""
+    for _ in range(max_hours):
+        with engine.begin() as conn:
+            if not conn.execute(text("SELECT pg_try_advisory_xact_lock(:k)"),
+                                {"k": _LOCK_BASE + LEVELS.index(level)}).scalar_one():
+                out.busy = True
+                return
+            mark = conn.execute(text("SELECT hour, seq FROM rollup_backfill WHERE level = :l ORDER BY hour LIMIT 1"),
+                                {"l": level.name}).first()
+            if mark is None:
+                out.backfill_left = False
+                return
+            hour, seq = mark
+            wm = watermark(conn, level)
+            hi = hour + _HOUR
+            if wm is not None:
+                if hour >= wm:
+                    _unmark(conn, level, hour, seq)
+                    continue
+                hi = min(hi, wm)
+            elif level is L5M and hi > floor_to(now - timedelta(seconds=lag_s), level.bucket_s):
+                out.backfill_left = True  # not closed yet: marks are taken in hour order, so none after is
+                return
+            if level is L5M:
+                ids = [r[0] for r in conn.execute(text("SELECT id FROM series ORDER BY id"))]
+                rows = sum(compute_chunk(conn, level, hour, hi, max_gap_s=max_gap_s, series=ids[i:i + batch_series])
+                           for i in range(0, len(ids), batch_series))
+                conn.execute(text(_MARK_1H), {"h": floor_to(hour, L1H.bucket_s)})
+            else:
+                rows = compute_chunk(conn, level, hour, hi, max_gap_s=max_gap_s)
+            _unmark(conn, level, hour, seq)
+            conn.execute(text("UPDATE rollup_watermarks SET revised_at = now() WHERE level = :l"), {"l": level.name})
+            out.backfilled += 1
+            out.backfill_rows += rows
+    out.backfill_left = True
+
+
+def _unmark(conn: Connection, level: Level, hour: datetime, seq: int) -> None:
+    """Delete the mark if nobody marked the hour again since it was read (then its new samples may not
+    have been read: the mark stays for the next round)."""
+    conn.execute(text("DELETE FROM rollup_backfill WHERE level = :l AND hour = :h AND seq = :s"),
+                 {"l": level.name, "h": hour, "s": seq})
 
 
 def run_rollups(engine: Engine, *, now: datetime, lag_s: float = 60.0, max_gap_s: float = 900.0,

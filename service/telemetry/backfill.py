@@ -1,0 +1,57 @@
+"""Marks for the rollups: the hours a writer stored samples in behind the rollup watermark.
+
+The rollup task computes each level forward from its watermark and never rescans history
+(service/telemetry/rollups.py), so samples stored before the watermark (an import of history, a late
+sample, `sim generate --store`) would be in no rollup. Their writer marks those hours in
+`rollup_backfill` inside its own transaction: the samples and the marks commit together or not at all,
+and the rollup task computes the marked hours again, oldest first, each mark deleted by the transaction
+that computed its hour. No SQLAlchemy here: `fabricwatch import` runs without it.
+
+Each hour after one written is marked too: its first step (from the last sample before it) may now
+start at a sample just written. An hour at or after the 5-minute watermark needs no mark (the watermark
+reaches it later and reads what is stored then), except before the task's first run: it starts at the
+oldest day of `sample_rows`, so history written only as blocks or chunks (`with_blocks`) is marked then.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import psycopg
+
+HOUR_MS = 3_600_000
+
+# Rows in hour order: two writers marking overlapping hours lock them in the same order (no deadlock).
+_MARK_SQL = """
+INSERT INTO rollup_backfill AS b (level, hour)
+SELECT '5m', h FROM unnest(%(hours)s::timestamptz[]) AS h
+WHERE h < coalesce((SELECT done_until FROM rollup_watermarks WHERE level = '5m'),
+                   CASE WHEN %(unrolled)s THEN 'infinity'::timestamptz ELSE '-infinity'::timestamptz END)
+ORDER BY h
+ON CONFLICT (level, hour) DO UPDATE SET seq = nextval('rollup_backfill_seq'), marked_at = now()
+"""
+
+
+class Hours:
+    """The UTC hours (ms since 1970 // 1 h) of the samples a writer stored."""
+
+    def __init__(self) -> None:
+        self.hours: set[int] = set()
+
+    def add_times(self, ts_ms: np.ndarray) -> None:
+        """The hours of these times: of a batch spanning up to two days, every hour between its first and
+        last (a gap over-marked at worst, at no sort's cost), else each time's."""
+        if not len(ts_ms):
+            return
+        lo, hi = int(ts_ms.min()) // HOUR_MS, int(ts_ms.max()) // HOUR_MS
+        self.hours.update(range(lo, hi + 1) if hi - lo <= 48 else np.unique(ts_ms // HOUR_MS).tolist())
+
+    def mark(self, cur: psycopg.Cursor[Any], *, with_blocks: bool) -> int:
+        """Mark the hours behind the 5-minute watermark (see the module's doc); the marks written."""
+        if not self.hours:
+            return 0
+        wanted = sorted(self.hours | {h + 1 for h in self.hours})
+        hours = [datetime.fromtimestamp(h * 3600, UTC) for h in wanted]
+        return cur.execute(_MARK_SQL, {"hours": hours, "unrolled": with_blocks}).rowcount
