@@ -6,7 +6,8 @@ one `Ingestor` serves every shard unchanged. Unsharded, nothing here is used.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, text
@@ -96,3 +97,79 @@ def ingest_samples(*, control: Engine, topology: Topology, samples: Iterable[Sam
             out.errors[shard] = one_line(exc)
     INGESTED_ROWS.inc(out.written)
     return out
+
+
+def _lines(chunks: Iterable[bytes]) -> Iterator[str]:
+    """UTF-8 lines (without their ends) of a body given in chunks of any size."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    rest = ""
+    for chunk in chunks:
+        text_ = rest + decoder.decode(chunk)
+        lines = text_.split("\n")
+        rest = lines.pop()
+        yield from (line.removesuffix("\r") for line in lines)
+    rest += decoder.decode(b"", final=True)
+    if rest:
+        yield rest.removesuffix("\r")
+
+
+def merged(reports: Iterable[IngestReport]) -> IngestReport:
+    """One report of several shards' reports."""
+    out = IngestReport()
+    for r in reports:
+        out.received += r.received
+        out.written += r.written
+        out.duplicates += r.duplicates
+        out.skipped_nan += r.skipped_nan
+        for name in ("unknown_metrics", "unknown_devices", "unknown_ports", "invalid"):
+            getattr(out, name).update(getattr(r, name))
+    return out
+
+
+ROUTE_BATCH = 50_000  # lines parsed before their devices' shards are looked up (one query)
+
+
+def import_exposition(*, control: Engine, topology: Topology, chunks: Iterable[bytes], source: str,
+                      default_ts_ms: int, batch_rows: int = 50_000) -> tuple[IngestReport, dict[str, IngestReport]]:
+    """Import exposition text with each sample stored on its device's shard: the merged report and each
+    shard's. Parsed line by line (`promtext.iter_samples`; the single-server import's Arrow blocks are not
+    used here yet). A malformed line anywhere, or every sample refused (NothingStored), writes nothing on any
+    shard. Each shard's part is one transaction, committed one shard after another at the end: a shard lost
+    between two commits leaves the parts before it stored (there is no two-phase commit across shards)."""
+    from service.telemetry.ingest import NothingStored
+    from service.telemetry.promtext import PromSample, iter_samples
+
+    with contextlib.ExitStack() as stack:
+        control_conn = stack.enter_context(control.connect())
+        ingestors: dict[str, Ingestor] = {}
+        where: dict[str, str] = {}
+        pending: list[PromSample] = []
+        first = 0
+
+        def flush() -> None:
+            devices = {dict(p[1].labels).get("device") for p in pending}
+            new = {d for d in devices if d is not None} - where.keys()
+            if new:
+                where.update(shards_of_devices(control_conn, topology, new))
+            for p in pending:
+                shard = where.get(dict(p[1].labels).get("device") or "", topology.default)
+                if shard not in ingestors:  # its transaction commits when the stack closes without an error
+                    conn = stack.enter_context(get_engine(topology.url(shard)).begin())
+                    ingestors[shard] = Ingestor(conn, batch_rows=batch_rows)
+                ingestors[shard].add_prom_sample(p, default_ts_ms)
+            pending.clear()
+
+        for p in iter_samples(_lines(chunks), source):
+            first = first or p[4]
+            pending.append(p)
+            if len(pending) >= ROUTE_BATCH:
+                flush()
+        flush()
+        reports = {shard: ing.finish() for shard, ing in sorted(ingestors.items())}
+        report = merged(reports.values())
+        if report.nothing_stored:
+            raise NothingStored(report, first, source)  # leaving the stack with it rolls every shard back
+    INGESTED_ROWS.inc(report.written)
+    return report, reports

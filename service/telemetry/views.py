@@ -59,9 +59,14 @@ async def import_prom(request: Request, engine: EngineDep, settings: SettingsDep
         INGEST_ERRORS.labels(reason="encoding").inc()
         raise Problem(400, "Malformed body", f"body is not UTF-8 at byte {exc.start}") from None
     try:
-        report = await run_in_threadpool(
-            import_prometheus, engine=engine, chunks=[body], source="body",
-            batch_rows=settings.ingest_batch_rows)
+        if settings.shards.urls:  # each sample on its device's shard (service/shards/ingest.py)
+            from service.shards.views import import_across_shards
+
+            report = await run_in_threadpool(import_across_shards, engine, settings, body)
+        else:
+            report = await run_in_threadpool(
+                import_prometheus, engine=engine, chunks=[body], source="body",
+                batch_rows=settings.ingest_batch_rows)
     except NothingStored as exc:  # well-formed, but every sample was refused: say why, with the counts
         raise Problem(422, "Nothing stored", str(exc), line=exc.line, reason=exc.reason,
                       report=exc.report.to_dict()) from None
@@ -92,19 +97,22 @@ def get_series(
     t_start, t_end = time_range(start, end, timedelta(hours=1))
     query = {"metric": metric, "device": device, "port": port, "lane": lane, "priority": priority, "gpu": gpu,
              "start": t_start, "end": t_end, "step_s": step, "raw": raw}
-    with engine.connect() as conn:
-        if settings.shards.urls:  # every shard, through the fleet tables; the header names pods not seen
-            from service.shards.views import series_across_shards
+    if settings.shards.urls:  # every shard, through the fleet tables; the header names pods not seen
+        from service.shards.views import series_across_shards
 
+        with engine.connect() as conn:
             results = series_across_shards(conn, settings, response, **query)
-        else:
+    else:
+        # Each statement reads its own snapshot either way (READ COMMITTED): without a transaction the
+        # request saves the BEGIN and ROLLBACK round trips (docs/benchmarks.md, "Reads at 500 req/s").
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             results = query_series(conn=conn, **query)
     return {
         "metric": metric, "start": t_start.isoformat(), "end": t_end.isoformat(), "step": step,
         "series": [
             {"labels": {k: v for k, v in (("device", r.device), ("port", r.port), ("lane", r.lane),
                                           ("priority", r.priority), ("gpu", r.gpu)) if v is not None},
-             "kind": r.kind, "unit": r.unit, "points": [[t, v] for t, v in r.points]}
+             "kind": r.kind, "unit": r.unit, "points": r.points}  # (ms, value) pairs, as the model reads them
             for r in results
         ],
     }

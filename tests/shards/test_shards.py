@@ -252,3 +252,36 @@ def test_series_api_answers_across_shards_with_the_missing_pods_header(ingested:
     assert r.status_code == 200, r.text
     assert r.headers[fleet.MISSING_HEADER] == "(no pod),p1"
     assert sorted(s["labels"]["device"] for s in r.json()["series"]) == ["host3", "leaf2"]
+
+
+def _count(url: str, metric: str) -> object:
+    return _scalar(url, "SELECT count(*) FROM sample_rows r JOIN series s ON s.id = r.series_id "
+                        f"WHERE s.metric = '{metric}'")
+
+
+def test_import_stores_each_sample_on_its_devices_shard(ingested: Cluster) -> None:
+    from fastapi.testclient import TestClient
+
+    from service.api.app import create_app
+    from service.config import load_settings
+
+    settings = load_settings(database_url=ingested.control_url, auth_required=False,
+                             shards=ingested.settings().model_dump())
+    client = TestClient(create_app(settings))
+    metric = "port_rx_packets_total"
+    body = "".join(f'{metric}{{device="{d}",port="eth0"}} {i} {T0_MS + i * 1000}\n'
+                   for i in range(3) for d in ("leaf1", "leaf2", "spine1", "nosuchdevice"))
+    r = client.post("/api/v1/import/prometheus", content=b"# a comment\n" + body.encode())
+    assert r.status_code == 200, r.text
+    assert r.json()["written"] == 9 and r.json()["unknown_devices"] == {"nosuchdevice": 3}
+    a, b = ingested.shard_a.url("fw_shard"), ingested.shard_b.url("fw_shard")
+    assert (_count(a, metric), _count(b, metric), _count(ingested.control_url, metric)) == (6, 3, 0)
+    # a malformed line anywhere: nothing stored on any shard
+    bad = (f'{metric}{{device="leaf1",port="eth1"}} 1 {T0_MS}\n{metric}{{device="leaf2",port="eth1"}} 1 {T0_MS}\n'
+           f'{metric}{{device="leaf2",port="eth1" 2 {T0_MS + 1000}\n')
+    r = client.post("/api/v1/import/prometheus", content=bad.encode())
+    assert r.status_code == 400 and r.json()["line"] == 3, r.text
+    assert (_count(a, metric), _count(b, metric)) == (6, 3)
+    # every sample refused: 422 with the reason, nothing stored
+    r = client.post("/api/v1/import/prometheus", content=f'{metric}{{device="ghost",port="x"}} 1 {T0_MS}\n'.encode())
+    assert r.status_code == 422 and "ghost" in r.json()["detail"], r.text
