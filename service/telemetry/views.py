@@ -19,7 +19,7 @@ from service.observability import INGEST_ERRORS
 from service.telemetry import catalogue
 from service.telemetry.ingest import NothingStored
 from service.telemetry.promtext import PromParseError
-from service.telemetry.schemas import ImportReport, LinkCheckRead, SeriesRead, TargetState, TargetsRead
+from service.telemetry.schemas import ImportReport, LinkCheckRead, SeriesRead, TargetsRead, TargetState
 from service.telemetry.service import import_prometheus, query_series
 
 router = APIRouter(prefix="/api/v1", tags=["telemetry"])
