@@ -33,6 +33,7 @@ class _LazyGroup(TyperGroup):
         "backtest": ("service.detection.cli", "backtest"),
         "nccl": ("service.nccl.cli", None),
         "secrets": ("service.notify.cli", None),
+        "shards": ("service.shards.cli", None),
         "sim": ("simulator.cli", None),  # optional: not in slim deployments
     }
 
@@ -146,6 +147,10 @@ def serve(
     base = settings_or_exit()
     with resolved_settings(base) as settings, contextlib.ExitStack() as stack:
         upgrade(settings.database_url or "")
+        if settings.shards.urls:  # every shard at head and in line with the topology; a down one is named
+            from service.shards.cli import refresh
+
+            refresh(settings.database_url or "", when="at start-up")
         if worker if worker is not None else not base.database_url:
             from service.embedded import default_data_dir
 

@@ -119,6 +119,10 @@ def load(
         raise _fail(f"database error, nothing was loaded: {_first_line(e)}", 1) from None
     out.print(_summary(file, inv), markup=False)
     _print_report(report, dry_run=dry_run)
+    if not dry_run:  # sharded: each shard's copy of its pods' devices (docs/architecture.md#shards)
+        from service.shards.cli import refresh
+
+        refresh(str(engine.url.render_as_string(hide_password=False)), when="the inventory was loaded")
 
 
 @app.command()

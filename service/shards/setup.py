@@ -8,6 +8,7 @@ docs/architecture.md#shards for the layout.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Engine, delete, make_url, select, text
@@ -166,9 +167,19 @@ def fleet_tables(conn: Connection, topology: Topology, pod_map: dict[str, str]) 
                 f"OPTIONS (schema_name '{SHARD_SCHEMA}', table_name '{name}')"))
 
 
-def apply(topology: Topology) -> dict[str, str]:
+@dataclass
+class Applied:
+    """What `apply` did: the stored pod map, and the shards it could not reach (name -> why)."""
+
+    pod_map: dict[str, str]
+    down: dict[str, str] = field(default_factory=dict)
+
+
+def apply(topology: Topology, *, allow_down: bool = False) -> Applied:
     """Bring every shard and the control database's fleet tables in line with the topology and the
-    inventory; returns the pod map. Every shard must answer (ShardsUnavailable otherwise, naming each)."""
+    inventory. A shard that cannot be reached raises ShardsUnavailable naming every such shard; with
+    `allow_down` (start-up) it is skipped and returned in `down`, and the fleet tables still name it, so
+    reads leave it out by pod until it is back and `apply` runs again."""
     from service.migrate import DatabaseUnavailable, create_database_if_missing
     from service.shards.topology import ShardsUnavailable
 
@@ -178,19 +189,20 @@ def apply(topology: Topology) -> dict[str, str]:
             create_database_if_missing(url)
         except DatabaseUnavailable as exc:
             down[shard] = str(exc)
-    if down:
+    if down and not allow_down:
         raise ShardsUnavailable(down)
-    for url in topology.shards.values():
-        prepare_shard(url)
+    for shard, url in topology.shards.items():
+        if shard not in down:
+            prepare_shard(url)
     control: Engine = get_engine(topology.control_url)
     with control.begin() as conn:
         pod_map = store_pod_map(conn, topology)
         for shard, url in sorted(topology.shards.items()):
             pods = {p for p, s in pod_map.items() if s == shard}
-            if normalize_url(url) == normalize_url(topology.control_url):
-                continue  # the control database doubles as this shard: it holds the whole inventory already
+            if shard in down or normalize_url(url) == normalize_url(topology.control_url):
+                continue  # down, or the control database doubles as this shard (it has the whole inventory)
             with get_engine(url).begin() as shard_conn:
                 n = sync_inventory(conn, shard_conn, pods)
             log.info("shard %s: %d devices of %d pods", shard, n, len(pods))
         fleet_tables(conn, topology, pod_map)
-    return pod_map
+    return Applied(pod_map, down)

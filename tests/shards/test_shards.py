@@ -4,7 +4,9 @@ the pod and time conditions sent to the shards and a down shard's pods reported 
 
 from __future__ import annotations
 
+import subprocess
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from service.shards.topology import ShardSettings, ShardsUnavailable, Topology
 from service.telemetry.chunk_codec import encode
 from service.telemetry.samples import Sample
 from tests.shards.conftest import Cluster
+from tests.shards.pg_cluster import free_port
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -40,20 +43,24 @@ def test_apply_stores_the_pod_map_and_copies_each_shard_its_inventory(applied: C
     with applied.engine.connect() as conn:
         stored = dict(conn.execute(text("SELECT pod, shard FROM shard_pods")).all())
     assert stored == {"": "a", "p1": "a", "p2": "b", "p3": "b"}
-    a = _scalar(applied.shard_a.url("fw_shard"), "SELECT string_agg(name, ',' ORDER BY name) FROM devices")
-    b = _scalar(applied.shard_b.url("fw_shard"), "SELECT string_agg(name, ',' ORDER BY name) FROM devices")
+    # (the fixture's devices: a test below loads one more)
+    names = ("SELECT string_agg(name, ',' ORDER BY name) FROM devices "
+             "WHERE name IN ('leaf1', 'leaf2', 'host3', 'spine1')")
+    a = _scalar(applied.shard_a.url("fw_shard"), names)
+    b = _scalar(applied.shard_b.url("fw_shard"), names)
     assert (a, b) == ("leaf1,spine1", "host3,leaf2")
     # the same ids as the control database's, so a series' device_id means the same device everywhere
     ids = _scalar(applied.control_url, "SELECT string_agg(id::text, ',' ORDER BY name) FROM devices "
                   "WHERE name IN ('leaf1', 'spine1')")
-    assert _scalar(applied.shard_a.url("fw_shard"), "SELECT string_agg(id::text, ',' ORDER BY name) FROM devices") \
-        == ids
-    assert _scalar(applied.shard_b.url("fw_shard"), "SELECT count(*) FROM ports") == 4
+    assert _scalar(applied.shard_a.url("fw_shard"), "SELECT string_agg(id::text, ',' ORDER BY name) FROM devices "
+                   "WHERE name IN ('leaf1', 'spine1')") == ids
+    assert _scalar(applied.shard_b.url("fw_shard"), "SELECT count(*) FROM ports p JOIN devices d ON d.id = p.device_id "
+                   "WHERE d.name IN ('leaf2', 'host3')") == 4
     # the shards' schema is the control's (one set of migrations)
     head = _scalar(applied.control_url, "SELECT version_num FROM alembic_version")
     assert _scalar(applied.shard_a.url("fw_shard"), "SELECT version_num FROM alembic_version") == head
     apply(applied.topology())  # again: nothing changes, nothing fails
-    assert _scalar(applied.control_url, "SELECT count(*) FROM shard_pods") == 4
+    assert _scalar(applied.control_url, "SELECT count(*) FROM shard_pods WHERE pod IN ('', 'p1', 'p2', 'p3')") == 4
 
 
 def test_a_pod_moved_by_the_setting_is_refused_naming_it(applied: Cluster) -> None:
@@ -65,8 +72,6 @@ def test_a_pod_moved_by_the_setting_is_refused_naming_it(applied: Cluster) -> No
 
 
 def test_apply_names_every_unreachable_shard(applied: Cluster) -> None:
-    from tests.shards.pg_cluster import free_port
-
     urls = {**applied.settings().urls, "c": f"postgresql://postgres@127.0.0.1:{free_port()}/fw_shard"}
     with pytest.raises(ShardsUnavailable) as err:
         apply(Topology.of(applied.control_url, ShardSettings(urls=urls, pods=applied.settings().pods,
@@ -199,8 +204,8 @@ def test_a_down_shard_is_left_out_and_its_pods_named(ingested: Cluster) -> None:
         assert sorted(r.device for r in got) == ["leaf1", "spine1"]  # shard a's, whole
         # writes for shard a go on; shard b's are refused by name, nothing of them stored
         report = ingest_samples(control=ingested.engine, topology=ingested.topology(), samples=[
-            Sample("port_rx_bytes_total", 9e3, T0_MS + 60_000, "leaf1", "eth0"),
-            Sample("port_rx_bytes_total", 9e3, T0_MS + 60_000, "leaf2", "eth0")])
+            Sample("port_rx_errors_total", 9e3, T0_MS + 60_000, "leaf1", "eth0"),
+            Sample("port_rx_errors_total", 9e3, T0_MS + 60_000, "leaf2", "eth0")])
         assert report.reports["a"].written == 1 and list(report.errors) == ["b"]
         # a collection for the down shard raises what run_collection spools on, and records nothing
         from sqlalchemy.exc import OperationalError
@@ -285,3 +290,42 @@ def test_import_stores_each_sample_on_its_devices_shard(ingested: Cluster) -> No
     # every sample refused: 422 with the reason, nothing stored
     r = client.post("/api/v1/import/prometheus", content=f'{metric}{{device="ghost",port="x"}} 1 {T0_MS}\n'.encode())
     assert r.status_code == 422 and "ghost" in r.json()["detail"], r.text
+
+
+def _cli(cluster: Cluster, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    import json
+    import os
+    import sys
+
+    from tests.paths import REPO
+
+    base = {"FABRICWATCH_DATABASE_URL": cluster.control_url,
+            "FABRICWATCH_SHARDS_URLS": json.dumps(cluster.settings().urls),
+            "FABRICWATCH_SHARDS_PODS": json.dumps(cluster.settings().pods)}
+    return subprocess.run([sys.executable, "-m", "service.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **base, **env}, cwd=REPO, timeout=120)
+
+
+def test_cli_status_and_apply_name_each_shard(applied: Cluster, tmp_path: Path) -> None:
+    import json
+
+    done = _cli(applied, "shards", "status")
+    assert done.returncode == 0, done.stderr
+    lines = dict(line.split("\t", 1) for line in done.stdout.splitlines())
+    assert lines["a"].startswith("up\t") and lines["a"].endswith("(no pod), p1")
+    assert lines["b"].endswith("p2, p3")
+    dead = f"postgresql://postgres@127.0.0.1:{free_port()}/fw_shard"
+    urls = json.dumps({**applied.settings().urls, "c": dead})
+    done = _cli(applied, "shards", "status", FABRICWATCH_SHARDS_URLS=urls, FABRICWATCH_SHARDS_CONNECT_TIMEOUT_S="2")
+    assert done.returncode == 1 and "c\tDOWN (" in done.stdout, done.stdout
+    done = _cli(applied, "shards", "apply", FABRICWATCH_SHARDS_URLS=urls, FABRICWATCH_SHARDS_CONNECT_TIMEOUT_S="2")
+    assert done.returncode == 1 and "shard 'c' unreachable:" in done.stderr, done.stderr
+    assert "shard 'a'" not in done.stderr and "Traceback" not in done.stderr
+    # an inventory load reaches the shards: the new device is on its pod's shard at once
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("version: 1\npods:\n  - name: p3\ndevices:\n  - name: leaf9\n    kind: switch\n    role: leaf\n"
+                   "    pod: p3\n    ports:\n      - {name: swp1}\n")
+    done = _cli(applied, "inventory", "load", str(inv))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _scalar(applied.shard_b.url("fw_shard"), "SELECT count(*) FROM devices WHERE name = 'leaf9'") == 1
+    assert _scalar(applied.shard_a.url("fw_shard"), "SELECT count(*) FROM devices WHERE name = 'leaf9'") == 0

@@ -1,0 +1,91 @@
+"""`fabricwatch shards ...`: bring the shards in line with the topology, and show them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from service.shards.topology import Topology
+
+app = typer.Typer(help="Telemetry shards (docs/architecture.md#shards).", no_args_is_help=True)
+
+
+def _topology() -> Topology:
+    from service.cli import console, database_url_or_exit, settings_or_exit
+
+    settings = settings_or_exit()
+    url = database_url_or_exit(settings)
+    if not settings.shards.urls:
+        console.print("no shards configured (FABRICWATCH_SHARDS_URLS): the control database is the only shard")
+        raise typer.Exit(0)
+    return Topology.of(url, settings.shards)
+
+
+@app.command("apply")
+def apply_cmd(
+    allow_down: Annotated[bool, typer.Option(help="Skip shards that do not answer instead of failing.")] = False,
+) -> None:
+    """Migrate every shard, store the pod map, copy each shard its inventory, rebuild the fleet tables."""
+    from service.cli import console, database_errors
+    from service.shards.setup import PodMoved, apply
+    from service.shards.topology import ShardsUnavailable
+
+    topology = _topology()
+    with database_errors():
+        try:
+            done = apply(topology, allow_down=allow_down)
+        except ShardsUnavailable as exc:
+            for name, why in sorted(exc.errors.items()):
+                console.print(f"[red]error:[/red] shard {name!r} unreachable: {why}")
+            raise typer.Exit(1) from None
+        except PodMoved as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(1) from None
+    for name, why in sorted(done.down.items()):
+        console.print(f"[yellow]warning:[/yellow] shard {name!r} skipped, unreachable: {why}")
+    for shard in sorted(topology.shards):
+        pods = sorted(p or "(no pod)" for p, s in done.pod_map.items() if s == shard)
+        print(f"{shard}: {', '.join(pods) or '(no pods)'}")
+
+
+@app.command("status")
+def status_cmd() -> None:
+    """Each shard: whether it answers, and its pods (from the stored map). Exit 1 if one does not answer."""
+    from sqlalchemy import make_url
+
+    from service.cli import database_errors
+    from service.db import get_engine, normalize_url
+    from service.shards.fleet import pod_map
+    from service.shards.topology import probe
+
+    topology = _topology()
+    with database_errors(), get_engine(topology.control_url).connect() as conn:
+        stored = pod_map(conn)
+    seen = probe(topology)
+    for shard in sorted(topology.shards):
+        shown = make_url(normalize_url(topology.url(shard))).render_as_string(hide_password=True)
+        pods = sorted(p or "(no pod)" for p, s in stored.items() if s == shard)
+        state = "up" if seen[shard] is None else f"DOWN ({seen[shard]})"
+        print(f"{shard}\t{state}\t{shown}\t{', '.join(pods) or '(no pods stored: run fabricwatch shards apply)'}")
+    if any(seen.values()):
+        raise typer.Exit(1)
+
+
+def refresh(url: str, *, when: str) -> None:
+    """After the inventory or the schema changed (`when` says which): with shards configured, `apply` with the
+    shards that answer, naming each one skipped; unsharded, nothing."""
+    from service.cli import console, settings_or_exit
+    from service.shards.setup import PodMoved, apply
+
+    settings = settings_or_exit()
+    if not settings.shards.urls:
+        return
+    try:
+        done = apply(Topology.of(url, settings.shards), allow_down=True)
+    except PodMoved as exc:
+        console.print(f"[red]error:[/red] shards not updated ({when}): {exc}")
+        raise typer.Exit(1) from None
+    for name, why in sorted(done.down.items()):
+        console.print(f"[yellow]warning:[/yellow] shard {name!r} not updated ({when}), unreachable: {why}; "
+                      f"run `fabricwatch shards apply` when it is back")
