@@ -20,12 +20,19 @@ backends used per request, and how busy the whole machine was (the rest is other
 
 `--revalidate`: alert requests send If-None-Match with the ETag last seen for the same query, as a
 browser or the NOC page polling the list does; 304s count as answers.
+
+`--kinds-rate R`: after the mix, each of the mix's four request kinds alone at R req/s for `--kinds-seconds`,
+after a phase with no requests (ingest only): CPU ms per request of each kind, API + its database, less
+that idle phase. `--baseline-dir DIR` serves DIR's code (a `git archive` of an older commit) on the next port
+against the same database, measured the same way, alternating with this code, kind by kind: a side-by-side
+in one run on one machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import platform
 import random
@@ -94,10 +101,14 @@ def seed(url: str) -> None:
         c.execute("ANALYZE")
 
 
-def request_for(i: int, rng: random.Random) -> tuple[str, str, dict[str, str]]:
+KINDS = ("alerts first page", "alerts of a device", "series 1 h raw", "series 3 days")
+
+
+def request_for(i: int, rng: random.Random, kind: int | None = None) -> tuple[str, str, dict[str, str]]:
+    """Request i of the mix (kind i % 4), or of one kind only."""
     now = datetime.now(UTC)
     dev, port = f"gpu-{rng.randrange(HISTORY_HOSTS):04d}", f"eth{rng.randrange(8)}"
-    kind = i % 4
+    kind = i % 4 if kind is None else kind
     if kind == 0:
         return "alerts", "/api/v1/alerts", {"limit": "100"}
     if kind == 1:
@@ -110,9 +121,13 @@ def request_for(i: int, rng: random.Random) -> tuple[str, str, dict[str, str]]:
 
 
 async def open_loop(base: str, rate: float, seconds: float, *, anchor: bool = False,
-                    revalidate: bool = False) -> dict[str, list[float]]:
+                    revalidate: bool = False, kind: int | None = None) -> dict[str, list[float]]:
     """Latency (s, from intended send time) per endpoint; a failure or timeout counts as 10 s.
-    `anchor`: every request is GET /healthz. `revalidate`: alert requests send the last ETag of their query."""
+    `anchor`: every request is GET /healthz. `revalidate`: alert requests send the last ETag of their query.
+    `kind`: only that kind of the mix's requests; a rate of 0 sends nothing for `seconds`."""
+    if rate <= 0:
+        await asyncio.sleep(seconds)
+        return {"errors": []}
     out: dict[str, list[float]] = {"alerts": [], "series": [], "healthz": [], "errors": [], "not_modified": []}
     rng = random.Random(int(rate))
     etags: dict[str, str] = {}
@@ -121,7 +136,7 @@ async def open_loop(base: str, rate: float, seconds: float, *, anchor: bool = Fa
     timeout = aiohttp.ClientTimeout(total=10)
     async with aiohttp.ClientSession(base, timeout=timeout, connector=aiohttp.TCPConnector(limit=512)) as client:
         async def one(i: int, due: float) -> None:
-            name, path, params = ("healthz", "/healthz", {}) if anchor else request_for(i, rng)
+            name, path, params = ("healthz", "/healthz", {}) if anchor else request_for(i, rng, kind)
             key = f"{path}?{sorted(params.items())}"
             headers = {"if-none-match": etags[key]} if revalidate and key in etags else {}
             try:
@@ -184,22 +199,33 @@ def main() -> None:
     ap.add_argument("--revalidate", action="store_true", help="alert requests send If-None-Match")
     ap.add_argument("--app-dir", type=Path, default=REPO,
                     help="serve another checkout's code (e.g. `git archive` of the commit before a change)")
+    ap.add_argument("--kinds-rate", type=float, default=0.0, help="each kind alone at this rate (0: not run)")
+    ap.add_argument("--kinds-seconds", type=float, default=10.0)
+    ap.add_argument("--baseline-dir", type=Path, help="older code, measured kind by kind beside this one")
     ap.add_argument("--port", type=int, default=18432)
     ap.add_argument("--server", default=os.environ.get("FABRICWATCH_TEST_DATABASE_URL",
                                                        "postgresql://postgres@127.0.0.1/postgres"))
     args = ap.parse_args()
-    rates = [float(r) for r in args.rates.split(",")]
+    rates = [float(r) for r in args.rates.split(",") if r]
     devices = fabric()
     url = create_db(args.server, "fw_load")
     results: dict[tuple[float, str], tuple[dict[str, list[float]], Phase]] = {}
+    kinds: list[tuple[str, str, float, Phase, dict[str, list[float]]]] = []
     try:
         add_inventory(url, devices)
         seed(url)
         base = f"http://127.0.0.1:{args.port}"
-        with api_server(url, args.port, args.workers, args.app_dir) as server:
+        with api_server(url, args.port, args.workers, args.app_dir) as server, contextlib.ExitStack() as more:
+            servers = [(str(args.app_dir), server, base)]
+            if args.baseline_dir:
+                b = f"http://127.0.0.1:{args.port + 1}"
+                servers.append((str(args.baseline_dir),
+                                more.enter_context(api_server(url, args.port + 1, args.workers, args.baseline_dir)), b))
             pushers = devices[:args.ingest_devices]
             ingest = PushStats()
             total = 2 * args.seconds * len(rates) + 40
+            if args.kinds_rate:
+                total += (len(KINDS) + 2) * len(servers) * (args.kinds_seconds + 3)
             t = threading.Thread(target=lambda: asyncio.run(
                 push_loop(base, pushers, time.monotonic() + total, ingest, 8)), daemon=True)
             t.start()
@@ -211,6 +237,8 @@ def main() -> None:
                                                     revalidate=args.revalidate))
                     results[(r, what)] = (res, phase)
                     time.sleep(2)  # let a backlog drain before the next phase
+            if args.kinds_rate:
+                kind_phases(args, url, servers, kinds)
             t.join()
         n_ports = sum(p for _, _, p in pushers)
         print(f"machine: {platform.node()} {os.cpu_count()} cores, {platform.platform()}; "
@@ -229,8 +257,45 @@ def main() -> None:
                   f"API + its database {1000 * phase.api_cores * phase.wall / n:.2f} CPU ms/request "
                   f"(ingest included), {phase.api_cores:.2f} cores over {phase.wall:.0f} s; machine busy "
                   f"{phase.machine_cores:.2f} of {os.cpu_count()} cores")
+        report_kinds(args, kinds)
     finally:
         drop_db(args.server, url)
+
+
+def kind_phases(args: argparse.Namespace, url: str, servers: list[tuple[str, Any, str]],
+                out: list[tuple[str, str, float, Phase, dict[str, list[float]]]]) -> None:
+    """Idle (ingest only), each kind alone, idle again; servers alternate phase by phase."""
+    plan = [("idle", None, 0.0), *((k, i, args.kinds_rate) for i, k in enumerate(KINDS)), ("idle", None, 0.0)]
+    for name, kind, rate in plan:
+        for app_dir, server, base in servers:
+            # Warm up: each process fills its pool and caches (a cache's first fill is not its steady state).
+            if rate:
+                asyncio.run(open_loop(base, rate, 1.0, kind=kind))
+            with Phase(server, url) as phase:
+                res = asyncio.run(open_loop(base, rate, args.kinds_seconds, kind=kind))
+            out.append((app_dir, name, rate, phase, res))
+            time.sleep(2)
+
+
+def report_kinds(args: argparse.Namespace, kinds: list[tuple[str, str, float, Phase, dict[str, list[float]]]]
+                 ) -> None:
+    if not kinds:
+        return
+    print(f"each kind alone at {args.kinds_rate:.0f} req/s for {args.kinds_seconds:.0f} s; CPU of API + its database "
+          "per request, less the mean of the idle phases (ingest only) of the same code:")
+    for app_dir in dict.fromkeys(a for a, *_ in kinds):
+        mine = [k for k in kinds if k[0] == app_dir]
+        idle = [ph.api_cores for _, name, _, ph, _ in mine if name == "idle"]
+        idle_cores = sum(idle) / len(idle)
+        print(f"  {app_dir}: idle {idle_cores:.3f} cores ({', '.join(f'{c:.3f}' for c in idle)})")
+        for _, name, _, ph, res in mine:
+            if name == "idle":
+                continue
+            xs = res.get("alerts", []) + res.get("series", [])
+            per = 1000 * (ph.api_cores - idle_cores) * ph.wall / max(1, len(xs))
+            print(f"    {name:20s}: {per:6.2f} CPU ms/request; n={len(xs)} p50 {pct(xs, 0.5):6.1f} ms "
+                  f"p99 {pct(xs, 0.99):7.1f} ms, errors {len(res['errors'])}; machine busy "
+                  f"{ph.machine_cores:.2f} cores")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ from service.telemetry import catalogue
 from service.telemetry.counters import rates
 from service.telemetry.ingest import Ingestor, IngestReport, NothingStored
 from service.telemetry.promtext import PromParseError
-from service.telemetry.rollups import L1H, L5M, LEVELS, Level, floor_to, read_rollup, watermark
+from service.telemetry.readcache import ROLLUPS, Contributions, concat, read_marks
+from service.telemetry.rollups import L1H, L5M, LEVELS, Level, floor_to
 from service.telemetry.samples import Sample
 from service.telemetry.store import read_samples
 
@@ -189,38 +190,43 @@ def _query_rollups(conn: Connection, level: Level, mdef: catalogue.MetricDef, fo
     """Series from the coarsest rollups that cover the range, then finer ones, then raw after the watermarks.
 
     Each source contributes (increase, covered ms) per counter bucket or (sum, n) per gauge bucket;
-    they add up because every source attributes a counter step to the bucket where it ends.
+    they add up because every source attributes a counter step to the bucket where it ends. Rollup rows
+    come through the per-process cache of rows before the watermarks (service/telemetry/readcache.py).
     """
     max_gap_s = get_settings().rollup_max_gap_s
     # The step is a whole number of rollup buckets so that rollup rows fold exactly.
     width = level.bucket_s
     step_ms = int(max(width, -(-(step_s or width) // width) * width) * 1000)
     sids = [r[0] for r in found]
-    acc: dict[int, dict[int, list[float]]] = {sid: {} for sid in sids}
-
-    def add(sid: int, t_ms: int, a: float, b: float) -> None:
-        cell = acc[sid].setdefault(t_ms - t_ms % step_ms, [0.0, 0.0])
-        cell[0] += a
-        cell[1] += b
-
+    parts: dict[int, list[Contributions]] = {sid: [] for sid in sids}
     lo = floor_to(start, width)
+    marks = read_marks(conn) if sids else {}
     for lv in reversed(LEVELS[:LEVELS.index(level) + 1]):  # coarsest first
-        wm = watermark(conn, lv)
-        hi = min(wm, end) if wm is not None else lo
-        for sid, b_ms, n, avg, inc, cov in read_rollup(conn, lv, sids, lo, hi):
-            if not is_counter:
-                add(sid, b_ms, avg * n, n)
-            elif inc is not None and cov:
-                add(sid, b_ms, inc, cov * 1000.0)
+        mark = marks.get(lv.name)
+        wm = mark.done_until if mark is not None else None
+        if mark is not None and lo < min(mark.done_until, end):
+            for sid, c in ROLLUPS.contributions(conn, lv, mark, sids, lo, min(mark.done_until, end),
+                                                is_counter).items():
+                parts[sid].append(c)
         if wm is not None:
             lo = max(lo, wm)  # every bucket before wm came from rollups (wm is bucket-aligned)
     # After the finest watermark: raw samples, from one step before it so its first step counts.
     tail: dict[int, tuple[list[int], list[float]]] = {sid: ([], []) for sid in sids}
-    if lo <= end:
+    if lo <= end and sids:
         tail = _per_series(conn, sorted(sids), lo - timedelta(seconds=max_gap_s), end)
     lo_ms = int(lo.timestamp() * 1000)
     out = []
     for sid, m, dev, prt, ln, prio, g, bits, sat in found:
+        cells, sums, weights = _fold(concat(parts[sid]) if parts[sid] else Contributions.empty(), step_ms)
+        acc: dict[int, list[float]] = {}
+        if cells:  # the tail adds into the last rollup cell (when a step spans the watermark), then after it
+            acc[cells[-1]] = [sums[-1], weights[-1]]
+
+        def add(t_ms: int, a: float, b: float, acc: dict[int, list[float]] = acc) -> None:
+            cell = acc.setdefault(t_ms - t_ms % step_ms, [0.0, 0.0])
+            cell[0] += a
+            cell[1] += b
+
         ts, vals = tail[sid]
         if is_counter:
             per_s = rates(ts, vals, bits=bits, saturating=sat, max_gap_ms=int(max_gap_s * 1000))
@@ -228,13 +234,37 @@ def _query_rollups(conn: Connection, level: Level, mdef: catalogue.MetricDef, fo
                 r = per_s[i]
                 if r is not None and ts[i] >= lo_ms:
                     dt = ts[i] - ts[i - 1]
-                    add(sid, ts[i], r * dt / 1000.0, dt)
-            points = [(b, a * 1000.0 / c) for b, (a, c) in sorted(acc[sid].items()) if c]
+                    add(ts[i], r * dt / 1000.0, dt)
         else:
             for t, v in zip(ts, vals, strict=True):
                 if t >= lo_ms:
-                    add(sid, t, v, 1.0)
-            points = [(b, a / c) for b, (a, c) in sorted(acc[sid].items()) if c]
+                    add(t, v, 1.0)
+        if cells:
+            sums[-1], weights[-1] = acc.pop(cells[-1])
+        scale = 1000.0 if is_counter else 1.0
+        points: list[tuple[int, float | None]] = [(b, a * scale / c) for b, a, c in zip(cells, sums, weights,
+                                                                                         strict=True) if c]
+        points += [(b, a * scale / c) for b, (a, c) in sorted(acc.items()) if c]
         out.append(SeriesResult(m, dev, prt, ln, prio, g, mdef.kind.value, "1/s" if is_counter else mdef.unit,
                                 points))
     return out
+
+
+def _fold(c: Contributions, step_ms: int) -> tuple[list[int], list[float], list[float]]:
+    """Cells (step starts, ascending) with each cell's sum and weight: added in bucket order, as one
+    addition after another (the same floats whichever way the rows came)."""
+    cell = c.t - c.t % step_ms
+    if len(cell) < 2 or bool((cell[1:] != cell[:-1]).all()):  # one bucket per cell: nothing to add
+        return cell.tolist(), (c.a + 0.0).tolist(), (c.b + 0.0).tolist()  # 0.0 + -0.0 is 0.0, as in a sum
+    cells: list[int] = []
+    sums: list[float] = []
+    weights: list[float] = []
+    for t, a, b in zip(cell.tolist(), c.a.tolist(), c.b.tolist(), strict=True):
+        if cells and cells[-1] == t:
+            sums[-1] += a
+            weights[-1] += b
+        else:
+            cells.append(t)
+            sums.append(0.0 + a)
+            weights.append(0.0 + b)
+    return cells, sums, weights
