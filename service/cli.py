@@ -445,11 +445,16 @@ def import_file(
                 yield chunk
 
         try:
-            with psycopg.connect(url) as conn:  # commits on leaving, rolls back on an error
-                report = Ingestor(conn, batch_rows=settings.ingest_batch_rows).import_exposition(
-                    chunks(), source, int(time.time() * 1000))
-                if not report.received:  # a converter that wrote nothing, say; leaving rolls back
-                    fail(f"{source}: no sample lines")
+            if settings.shards.urls:  # each sample on its device's shard (service/shards/ingest.py)
+                from service.shards.cli import import_to_shards
+
+                report = import_to_shards(url, settings, chunks(), source)
+            else:
+                with psycopg.connect(url) as conn:  # commits on leaving, rolls back on an error
+                    report = Ingestor(conn, batch_rows=settings.ingest_batch_rows).import_exposition(
+                        chunks(), source, int(time.time() * 1000))
+                    if not report.received:  # a converter that wrote nothing, say; leaving rolls back
+                        fail(f"{source}: no sample lines")
         except NothingStored as exc:
             print(json.dumps(exc.report.to_dict(), indent=2))
             fail(str(exc))

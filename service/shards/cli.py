@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from service.shards.topology import Topology
+
+if TYPE_CHECKING:
+    from service.config import Settings
+    from service.telemetry.ingest import IngestReport
 
 app = typer.Typer(help="Telemetry shards (docs/architecture.md#shards).", no_args_is_help=True)
 
@@ -89,3 +94,28 @@ def refresh(url: str, *, when: str) -> None:
     for name, why in sorted(done.down.items()):
         console.print(f"[yellow]warning:[/yellow] shard {name!r} not updated ({when}), unreachable: {why}; "
                       f"run `fabricwatch shards apply` when it is back")
+
+
+def import_to_shards(url: str, settings: Settings, chunks: Iterable[bytes], source: str) -> IngestReport:
+    """`fabricwatch import` with shards configured: each sample on its device's shard, each shard's part one
+    transaction (service/shards/ingest.py:import_exposition). A shard that cannot be reached: one line, exit 1."""
+    import time
+
+    from sqlalchemy.exc import OperationalError
+
+    from service.cli import console
+    from service.db import get_engine
+    from service.migrate import one_line
+    from service.shards.ingest import import_exposition
+
+    try:
+        report, _ = import_exposition(control=get_engine(url), topology=Topology.of(url, settings.shards),
+                                      chunks=chunks, source=source, default_ts_ms=int(time.time() * 1000),
+                                      batch_rows=settings.ingest_batch_rows)
+    except OperationalError as exc:
+        console.print(f"[red]error:[/red] database: {one_line(exc)}; nothing was written on that shard")
+        raise typer.Exit(1) from None
+    if not report.received:  # a converter that wrote nothing, say
+        console.print(f"[red]error:[/red] {source}: no sample lines; nothing was written")
+        raise typer.Exit(1)
+    return report

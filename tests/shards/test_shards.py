@@ -329,3 +329,23 @@ def test_cli_status_and_apply_name_each_shard(applied: Cluster, tmp_path: Path) 
     assert done.returncode == 0, done.stdout + done.stderr
     assert _scalar(applied.shard_b.url("fw_shard"), "SELECT count(*) FROM devices WHERE name = 'leaf9'") == 1
     assert _scalar(applied.shard_a.url("fw_shard"), "SELECT count(*) FROM devices WHERE name = 'leaf9'") == 0
+
+
+def test_cli_import_stores_each_sample_on_its_devices_shard(applied: Cluster, tmp_path: Path) -> None:
+    metric = "port_tx_packets_total"
+    prom = tmp_path / "x.prom"
+    prom.write_text("".join(f'{metric}{{device="{d}",port="eth1"}} {i} {T0_MS + i * 1000}\n'
+                            for i in range(4) for d in ("spine1", "host3")))
+    done = _cli(applied, "import", str(prom))
+    assert done.returncode == 0, done.stderr
+    assert '"written": 8' in done.stdout
+    a, b = applied.shard_a.url("fw_shard"), applied.shard_b.url("fw_shard")
+    assert (_count(a, metric), _count(b, metric), _count(applied.control_url, metric)) == (4, 4, 0)
+    prom.write_text(f'{metric}{{device="spine1",port="eth1"}} 9 {T0_MS + 9000}\n{metric}{{device="host3" 1\n')
+    done = _cli(applied, "import", str(prom))
+    assert done.returncode == 1 and "x.prom:2: label set is not closed" in done.stderr, done.stderr
+    assert "nothing was written" in done.stderr
+    assert (_count(a, metric), _count(b, metric)) == (4, 4)
+    prom.write_text("# only a comment\n")
+    done = _cli(applied, "import", str(prom))
+    assert done.returncode == 1 and "no sample lines" in done.stderr, done.stderr
