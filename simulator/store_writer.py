@@ -14,7 +14,9 @@ is a few bytes a sample. `generate_into_store` steps the same simulation as the 
   overlaps (a sample stored before keeps its reading, as an import's ON CONFLICT DO NOTHING does);
 - samples inside the hot window (from the last whole hour before `now - hot window`, the
   compression task's cutoff) go to `sample_rows` instead, as ingest would leave them: the
-  compression task moves them later, and no sample is in both.
+  compression task moves them later, and no sample is in both;
+- marks the hours it wrote for the rollup task (service/telemetry/backfill.py), which computes their
+  5-minute and 1-hour rollups: its forward run never reads chunks.
 
 Everything is one transaction: a bad input or an interrupted run writes nothing.
 """

@@ -11,6 +11,11 @@ rollup row, so chunk and bucket boundaries lose nothing); `covered_s` is the tim
 span. Summing both over buckets gives exactly what raw samples give, so a rate over any range of
 whole buckets is `sum(increase) / sum(covered_s)`. The per-step rule is counters.increase,
 written once more as SQL (`INCREASE_SQL`), with a test holding the two equal.
+
+Back-fill: samples written behind the watermark (an import, `sim generate --store`, a late sample) are
+marked per hour by their writer (service/telemetry/backfill.py), in its transaction; after moving the
+watermark each run computes marked hours again, oldest first (`run_backfill`). Rows before a watermark
+can therefore change: `rollup_watermarks.revised_at` says when they last did.
 """
 
 from __future__ import annotations
