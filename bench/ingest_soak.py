@@ -25,6 +25,7 @@ import asyncio
 import os
 import platform
 import random
+import socket
 import subprocess
 import sys
 import threading
@@ -122,6 +123,11 @@ class Exposition:
 @contextmanager
 def api_server(db_url: str, port: int, workers: int, app_dir: Path = REPO) -> Iterator[subprocess.Popen[bytes]]:
     """The API under uvicorn; `app_dir`: another checkout's code (an older commit as the baseline)."""
+    with socket.socket() as s:  # a port another bench holds would get this bench's pushes
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise SystemExit(f"port {port} is taken ({exc.strerror}): give another with --port") from None
     env = {**os.environ, "FABRICWATCH_DATABASE_URL": db_url, "FABRICWATCH_AUTH_REQUIRED": "false",
            "FABRICWATCH_LOG_LEVEL": "WARNING"}
     proc = subprocess.Popen([str(REPO / ".venv/bin/uvicorn"), "--factory", "service.api.app:create_app",
@@ -130,6 +136,8 @@ def api_server(db_url: str, port: int, workers: int, app_dir: Path = REPO) -> It
                              "--log-level", "warning", "--no-access-log"], env=env, cwd=app_dir)
     try:
         for _ in range(200):
+            if proc.poll() is not None:
+                raise SystemExit(f"uvicorn exited with {proc.returncode} before answering on port {port}")
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code < 500:
                     break
