@@ -184,7 +184,9 @@ class Engine:
         due = (st.last_train_ms is None and at_ms - st.first_cycle_ms >= cfg.if_min_history_ms) or \
             (st.last_train_ms is not None and at_ms - st.last_train_ms >= cfg.if_retrain_ms) or \
             (st.last_train_ms is not None and bool(self.models.unusable))  # a stored model could not be loaded
-        if due and len(st.reservoir_c):
+        # rows added since the last trim count too: a live cycle's save flushes them into reservoir_c, a
+        # replay's state is never saved, and waiting for reservoir_c alone trained it later than live
+        if due and (len(st.reservoir_c) or st.reservoir_new):
             self._reservoir_trim(st)
             counts = np.bincount(st.reservoir_c, minlength=len(fab.cohort_names))
             if counts.max(initial=0) >= cfg.if_min_rows:

@@ -64,7 +64,7 @@ class Trees:
     n_features: int
     # derived by _compile: global child indices (a leaf points to itself), per-node path term, depth
     _next: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
-    _leaf_term: list[np.ndarray] = field(default_factory=list, repr=False)
+    _term: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     _depth: int = 0
 
     @classmethod
@@ -122,9 +122,8 @@ class Trees:
             level = level[inner[level]]
             level = np.concatenate([gl[level], gr[level]])
             d += 1
-        # per tree, scikit-learn's depth term: node depth + c(samples at the node) - 1
-        self._leaf_term = [depth[a:b] + _avg_path(self.n_samples[a:b]) - 1.0
-                           for a, b in zip(off[:-1], off[1:], strict=True)]
+        # scikit-learn's depth term per node: node depth + c(samples at the node) - 1
+        self._term = depth + _avg_path(self.n_samples) - 1.0
         # [right, left] per node, indexed by node * 2 + (x <= threshold): one gather per step
         self._next = (np.stack([gr, gl], axis=1).ravel().astype(np.int64), np.where(leaf, 0, self.feature))
         self._depth = int(depth.max())
@@ -147,9 +146,9 @@ class Trees:
             nodes = np.repeat(off[:-1, None], b - a, axis=1)  # every tree's root, for every row
             for _ in range(self._depth - 1):  # leaves point to themselves: extra steps change nothing
                 nodes = kids[nodes * 2 + (X[at + feat[nodes]] <= thr[nodes])]
-            part = depths[a:b]
-            for t in range(T):  # tree by tree, as scikit-learn sums them
-                part += self._leaf_term[t][nodes[t] - off[t]]
+            # summed tree by tree, as scikit-learn sums them: accumulate is sequential by definition (a sum
+            # over an axis may be pairwise, which differs in the last bits)
+            depths[a:b] = np.add.accumulate(self._term[nodes], axis=0)[-1]
         denominator = T * _avg_path(np.asarray([self.max_samples]))[0]
         return 2 ** (-np.divide(depths, denominator, out=np.ones_like(depths), where=denominator != 0))
 
@@ -249,8 +248,24 @@ def train_cohort(cohort: str, X: np.ndarray, at_ms: int, version: int, cfg: Conf
     return model
 
 
+@dataclass
+class _Scored:
+    """What a cohort's last scoring saw: the model, the rows (indices and feature values) and their scores."""
+
+    model: CohortModel
+    rows: np.ndarray
+    bits: np.ndarray  # the rows' features as raw bits: equal bits, equal score
+    score: np.ndarray
+
+
 class ModelStore:
-    """Current model per cohort name; versions count up per cohort."""
+    """Current model per cohort name; versions count up per cohort.
+
+    Scoring remembers each cohort's last rows and scores: a row whose features are the same bits as last
+    time, under the same model, keeps its score (a score is a function of the row and the model alone), so
+    a cycle rescores only the ports whose features moved. Between polls most ports bring no new sample, and
+    their features, hence their scores, stay as they were (the detector is cadence-invariant, detection.md).
+    """
 
     def __init__(self) -> None:
         self.models: dict[str, CohortModel] = {}
@@ -258,6 +273,8 @@ class ModelStore:
         # cohort -> version of a stored model that could not be used (store.py); the engine retrains
         # at its next cycle, and new versions continue after the unusable one
         self.unusable: dict[str, int] = {}
+        self._scored: dict[str, _Scored] = {}
+        self.rows_scored = 0  # rows the trees walked (the rest kept their score), for tests and the benchmark
 
     def retrain(self, X: np.ndarray, cohort_of_row: np.ndarray, cohort_names: list[str], at_ms: int,
                 cfg: Config) -> int:
@@ -271,6 +288,10 @@ class ModelStore:
             m = train_cohort(name, X[cohort_of_row == ci], at_ms, version, cfg)
             if m is not None:
                 self.models[name] = m
+                # a version superseded before it was saved is never current again: only the newest unsaved
+                # version of a cohort waits for the save (a live cycle saves after each training, so this
+                # drops nothing there; a replay never saves and would otherwise hold every version it trains)
+                self.new = [k for k in self.new if k.cohort != name]
                 self.new.append(m)
                 n += 1
         self.unusable.clear()  # tried: a cohort with too few rows waits, like a new one
@@ -284,7 +305,20 @@ class ModelStore:
             m = self.models.get(cohort_names[ci]) if 0 <= ci < len(cohort_names) else None
             if m is None:
                 continue
+            name = cohort_names[ci]
             rows = np.flatnonzero(cohort == ci)
-            s[rows] = m.score(X[rows])
+            Xr = np.ascontiguousarray(X[rows], np.float64)
+            bits = Xr.view(np.uint64)  # NaN-safe equality; -0.0 vs 0.0 differs and is merely rescored
+            last = self._scored.get(name)
+            if last is not None and last.model is m and np.array_equal(last.rows, rows):
+                moved = np.flatnonzero((bits != last.bits).any(axis=1))
+                sc = last.score.copy()
+                if len(moved):
+                    sc[moved] = m.score(Xr[moved])
+            else:
+                moved, sc = rows, m.score(Xr)
+            self.rows_scored += len(moved)
+            self._scored[name] = _Scored(m, rows, bits, sc)
+            s[rows] = sc
             th[rows] = m.threshold
         return s, th
