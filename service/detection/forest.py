@@ -250,12 +250,14 @@ def train_cohort(cohort: str, X: np.ndarray, at_ms: int, version: int, cfg: Conf
 
 @dataclass
 class _Scored:
-    """What a cohort's last scoring saw: the model, the rows (indices and feature values) and their scores."""
+    """What the last scoring saw: each row's cohort, features (as raw bits) and model, and the result."""
 
-    model: CohortModel
-    rows: np.ndarray
-    bits: np.ndarray  # the rows' features as raw bits: equal bits, equal score
+    cohort_names: list[str]
+    cohort: np.ndarray
+    bits: np.ndarray  # equal bits under the same model: equal score (NaN-safe; -0.0 vs 0.0 is merely rescored)
+    model_of: list[CohortModel | None]  # per cohort index
     score: np.ndarray
+    threshold: np.ndarray
 
 
 class ModelStore:
@@ -273,7 +275,7 @@ class ModelStore:
         # cohort -> version of a stored model that could not be used (store.py); the engine retrains
         # at its next cycle, and new versions continue after the unusable one
         self.unusable: dict[str, int] = {}
-        self._scored: dict[str, _Scored] = {}
+        self._last: _Scored | None = None
         self.rows_scored = 0  # rows the trees walked (the rest kept their score), for tests and the benchmark
 
     def retrain(self, X: np.ndarray, cohort_of_row: np.ndarray, cohort_names: list[str], at_ms: int,
@@ -299,26 +301,27 @@ class ModelStore:
 
     def score(self, X: np.ndarray, cohort: np.ndarray, cohort_names: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(score, threshold) per row; NaN where the row's cohort has no model yet."""
-        s = np.full(len(X), np.nan)
-        th = np.full(len(X), np.nan)
-        for ci in np.unique(cohort).tolist():
-            m = self.models.get(cohort_names[ci]) if 0 <= ci < len(cohort_names) else None
+        n_c = len(cohort_names)
+        model_of = [self.models.get(name) for name in cohort_names]
+        bits = np.ascontiguousarray(X, np.float64).view(np.uint64).copy()  # a copy: X may be changed later
+        last = self._last
+        if last is not None and last.cohort_names == cohort_names and np.array_equal(last.cohort, cohort) \
+                and last.bits.shape == bits.shape:
+            s, th = last.score.copy(), last.threshold.copy()
+            moved = (bits != last.bits).any(axis=1)
+            for ci in range(n_c):
+                if model_of[ci] is not last.model_of[ci]:  # a new model (or a first one): all its rows
+                    moved |= cohort == ci
+        else:
+            s, th = np.full(len(X), np.nan), np.full(len(X), np.nan)
+            moved = np.ones(len(X), bool)
+        for ci in np.unique(cohort[moved]).tolist():
+            rows = np.flatnonzero(moved & (cohort == ci))
+            m = model_of[ci] if 0 <= ci < n_c else None
             if m is None:
+                s[rows], th[rows] = np.nan, np.nan
                 continue
-            name = cohort_names[ci]
-            rows = np.flatnonzero(cohort == ci)
-            Xr = np.ascontiguousarray(X[rows], np.float64)
-            bits = Xr.view(np.uint64)  # NaN-safe equality; -0.0 vs 0.0 differs and is merely rescored
-            last = self._scored.get(name)
-            if last is not None and last.model is m and np.array_equal(last.rows, rows):
-                moved = np.flatnonzero((bits != last.bits).any(axis=1))
-                sc = last.score.copy()
-                if len(moved):
-                    sc[moved] = m.score(Xr[moved])
-            else:
-                moved, sc = rows, m.score(Xr)
-            self.rows_scored += len(moved)
-            self._scored[name] = _Scored(m, rows, bits, sc)
-            s[rows] = sc
-            th[rows] = m.threshold
+            s[rows], th[rows] = m.score(X[rows]), m.threshold
+            self.rows_scored += len(rows)
+        self._last = _Scored(list(cohort_names), cohort.copy(), bits, model_of, s.copy(), th.copy())
         return s, th
