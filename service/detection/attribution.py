@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from service.detection import rules
 from service.detection.features import Features, seg_reduce
 from service.detection.findings import Action, Cause, Evidence, Finding, Severity
 from service.detection.rules import Conditions
@@ -167,6 +168,53 @@ def shared_devices(st: FeatureState, raw: dict[str, np.ndarray], f: Features) ->
         hit &= ~explained
         dev_raw, _ = qualify(hit)
     return dev_raw, hit
+
+
+def device_observations(st: FeatureState, eff: dict[str, np.ndarray], hit: np.ndarray, fresh: dict[str, np.ndarray],
+                        hits: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The shared-component condition's observations this cycle, in data time: per device, whether any port
+    brought new data, how many observations that is, and in how many of them the condition held.
+
+    A device's observations are its counter polls, shorter ones merged into Config.rate_window_ms (a cycle of
+    15 min over 60 s polls is 15 observations, as fifteen 60 s cycles are; 10 s polls at a 60 s step are one).
+    A hit port holds in as many of them as its condition did: post-FEC in its polls with errors, BER in its rate
+    windows at the condition's rate, a flap in its polls with a flap; a level or a data-time condition (optics,
+    storm, loose module, link down), or one held from an earlier cycle, in all. The device holds in the
+    observations that enough of its hit ports held in (the `need`-th most among them): the per-poll truth that a
+    15 min cycle's sums would hide."""
+    fab, cfg = st.fabric, st.cfg
+    P, D = fab.P, len(fab.dev_names)
+    n_polls = np.zeros(P, np.int64)
+    data_ms = np.zeros(P, np.int64)
+    for c in st.counters.values():
+        if len(c.acc_n) == P:  # port counters (not the per-priority ones)
+            n_polls = np.maximum(n_polls, c.acc_n)
+            data_ms = np.maximum(data_ms, c.acc_ms)
+    obs = np.minimum(n_polls, np.maximum(np.rint(data_ms / max(cfg.rate_window_ms, 1)), 1).astype(np.int64))
+    obs = np.where(rules.polled(st), np.maximum(obs, 1), 0)
+    dev_obs = np.zeros(D, np.int64)
+    np.maximum.at(dev_obs, fab.dev, obs)
+    m = dev_obs[fab.dev]
+    flap_polls = np.maximum(st.nz_m.get("port_link_down_events_total", np.zeros(P, np.int32)),
+                            st.nz_m.get("port_carrier_changes_total", np.zeros(P, np.int32)))
+    fl_fresh = st.fresh_m["port_link_down_events_total"] | st.fresh_m["port_carrier_changes_total"]
+    h = np.where(np.nan_to_num(st.counters["port_link_down_events_total"].held(), nan=0.0) > 0,
+                 np.where(fl_fresh, flap_polls, m), 0)
+    for k in SHARED_HITS:
+        if k not in eff:
+            continue
+        counted = hits.get(k) if k in ("post_fec_errors", "ber_degradation") else None
+        own = np.where(fresh.get(k, True), counted, m) if counted is not None else m
+        h = np.maximum(h, np.where(eff[k], own, 0))
+    h = np.where(hit, np.minimum(h, m), 0)
+    n_ports = np.bincount(fab.dev, weights=fab.peer >= 0, minlength=D)
+    need = np.maximum(np.ceil(cfg.shared_frac * n_ports - 1e-9), cfg.shared_min_ports).astype(np.int64)
+    dev_hits = np.zeros(D, np.int64)
+    for d in np.unique(fab.dev[hit]).tolist():
+        hs = np.sort(h[(fab.dev == d) & hit])[::-1]
+        if len(hs) >= need[d]:
+            dev_hits[d] = hs[need[d] - 1]
+    return dev_obs > 0, dev_obs, dev_hits
 
 
 def _ev(name: str, value: float, baseline: float | None = None, cohort: float | None = None, unit: str = "",

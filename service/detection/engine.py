@@ -29,7 +29,7 @@ class Engine:
         cfg, fab = st.cfg, st.fabric
         st.settle(at_ms)
         f = compute(st, at_ms)
-        fresh, obs_ms, polls, fec_polls = rules.fresh_kinds(st)
+        fresh, obs_ms, polls, hits = rules.fresh_kinds(st)
         self._bursts(st, f, fresh, obs_ms)
         if st.next_bucket_ms is None:
             st.next_bucket_ms = (at_ms // cfg.trend_bucket_ms + 1) * cfg.trend_bucket_ms
@@ -55,8 +55,7 @@ class Engine:
         obs_ms["link_down"] = st.down_since
         obs_ms["loose_module"] = np.maximum.reduce([d.t for d in st.pen.values()])
         began = st.onset["optical_degradation"] == 0
-        firing, holding, eff = attribution.persist(st, cond.raw, fresh, obs_ms, at_ms, cond.now, polls,
-                                                   {"post_fec_errors": fec_polls})
+        firing, holding, eff = attribution.persist(st, cond.raw, fresh, obs_ms, at_ms, cond.now, polls, hits)
         began &= st.onset["optical_degradation"] > 0
         if began.any():  # a new optical episode: its wobble is measured from the drop on
             lanes = np.isin(fab.lane_port, np.flatnonzero(began))
@@ -67,10 +66,11 @@ class Engine:
             if k != "anomaly":  # a raw outlier is not flagged until it persists (training keeps such rows)
                 physical_now |= eff[k]
         dev_raw, hit = attribution.shared_devices(st, eff, f)
-        dev_fresh = np.bincount(fab.dev, weights=rules.polled(st), minlength=len(fab.dev_names)) > 0
+        dev_fresh, dev_obs, dev_hits = attribution.device_observations(st, eff, hit, fresh, hits)
         k, n = attribution.SHARED_KN
         dev_fire, dev_hold, dev_count = attribution.observe_history(
-            st.dev_hit, st.dev_t, st.dev_latched, dev_raw, dev_fresh, at_ms, k, n, cfg.persist_window_ms)
+            st.dev_hit, st.dev_t, st.dev_latched, dev_raw, dev_fresh, at_ms, k, n, cfg.persist_window_ms, None,
+            dev_obs, dev_hits)
         dev_on = st.dev_onset
         dev_on[dev_raw & dev_fresh & (dev_on == 0)] = at_ms
         dev_on[~(dev_fire | dev_hold) & (dev_count == 0)] = 0

@@ -40,9 +40,10 @@ INPUTS: dict[str, tuple[str, ...]] = {
 }
 # Rules whose condition is a level of per-poll readings: a cycle that brought m polls of their inputs (a cycle
 # longer than the poll) is m observations of it, so persistence takes the same data time whatever the cycle
-# step. Post-FEC counts the polls with errors among them. The rest (ratios of counters, several inputs at
-# different cadences) count one observation per cycle: their per-poll truth is not in the cycle's sums.
-PER_POLL = ("optical_degradation", "dom_threshold", "bias_drift", "host_side", "post_fec_errors")
+# step. Post-FEC counts the polls with errors among them; BER (a ratio of counters) its rate windows of about
+# Config.rate_window_ms (a poll, or shorter polls merged), each held or not on its own rate (`ber_windows`).
+# The rest (ratios of counters at different cadences: ECN share, pause duty) count one observation per cycle.
+PER_POLL = ("optical_degradation", "dom_threshold", "bias_drift", "host_side", "post_fec_errors", "ber_degradation")
 # Rules evaluated on data-time state every cycle (a flap ring, decayed penalties, a run of down readings):
 # their inputs carry their own time, so each cycle is an observation.
 TIMED = ("flap_storm", "loose_module", "link_down")
@@ -74,11 +75,33 @@ def _per_port(st: FeatureState, metric: str, x: np.ndarray) -> np.ndarray:
     return x
 
 
+def ber_windows(st: FeatureState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(P,) where BER comes from corrected-bit rate windows this cycle (a threshold was set and a window closed),
+    how many windows closed, and how many of them reached the BER condition's rate (`set_ber_threshold`)."""
+    corr = st.counters["port_fec_corrected_bits_total"]
+    use = (corr.o_n > 0) & np.isfinite(corr.thr)
+    return use, corr.o_n.astype(np.int64), corr.o_hit.astype(np.int64)
+
+
+def set_ber_threshold(st: FeatureState) -> None:
+    """The corrected-bit rate (per s) at which a rate window holds the BER condition, for the windows that close
+    before the next cycle: BER within `ber_margin_dec` of the FEC limit, or `ber_jump_dec` over its baseline,
+    at the rx phy bit rate held now (line rate)."""
+    cfg = st.cfg
+    with np.errstate(invalid="ignore", over="ignore"):
+        ber = np.fmin(st.fabric.fec_limit * 10.0 ** -cfg.ber_margin_dec,
+                      10.0 ** (st.base["logber"].loc + cfg.ber_jump_dec))
+        line = st.counters["port_rx_phy_bits_total"].rate()
+        # no line bits (a port shut or down): no BER to take, as for the cycle's own ratio
+        st.counters["port_fec_corrected_bits_total"].thr[:] = np.where(line > 0, ber * line, np.nan)
+
+
 def fresh_kinds(st: FeatureState) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray],
-                                           np.ndarray]:
+                                           dict[str, np.ndarray]]:
     """Per rule: (P,) ports whose inputs brought new data this cycle, that data's newest sample time, and how many
-    observations it is (PER_POLL rules: the polls, the fewest among its fresh inputs; others 1); and the polls
-    with post-FEC errors."""
+    observations it is (PER_POLL rules: the polls, the fewest among its fresh inputs; BER its rate windows;
+    others 1); and, per counted rule, how many of those observations held (post-FEC: the polls with errors; BER:
+    the windows at the condition's rate, or all of them where BER is a gauge's level)."""
     P = st.fabric.P
     fresh: dict[str, np.ndarray] = {}
     obs_ms: dict[str, np.ndarray] = {}
@@ -121,7 +144,13 @@ def fresh_kinds(st: FeatureState) -> tuple[dict[str, np.ndarray], dict[str, np.n
     nz = np.zeros(P, np.int64)
     for m in INPUTS["post_fec_errors"]:
         nz = np.maximum(nz, st.nz_m.get(m, np.zeros(P, np.int32)))
-    return fresh, obs_ms, polls, np.minimum(nz, polls["post_fec_errors"])
+    use, wins, wins_hit = ber_windows(st)
+    fb = fresh["ber_degradation"]
+    gauge_polls = np.maximum(port_n["port_pre_fec_ber"], port_n["optic_pre_fec_ber"])
+    polls["ber_degradation"] = np.where(fb, np.maximum(np.where(use, wins, gauge_polls), 1), 0)
+    hits = {"post_fec_errors": np.minimum(nz, polls["post_fec_errors"]),
+            "ber_degradation": np.where(use, wins_hit, polls["ber_degradation"])}
+    return fresh, obs_ms, polls, hits
 
 
 def polled(st: FeatureState) -> np.ndarray:
@@ -218,8 +247,12 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
 
         # pre-FEC BER close to the FEC limit, or well above its own baseline; not across a flap
         no_flap = ~_t(f.flaps > 0)
-        ber = ((f.ber_margin_dec < cfg.ber_margin_dec) | (f.log_ber_delta >= cfg.ber_jump_dec)) & no_flap
-        out.raw["ber_degradation"] = _t(ber)
+        ber = (f.ber_margin_dec < cfg.ber_margin_dec) | (f.log_ber_delta >= cfg.ber_jump_dec)
+        # from corrected-bit counters: held when one of the cycle's rate windows held (as post-FEC errors in one
+        # of its polls), so a rise late in a long cycle is not averaged away
+        use, _, wins_hit = ber_windows(st)
+        out.raw["ber_degradation"] = np.where(use, wins_hit > 0, _t(ber)) & no_flap
+        set_ber_threshold(st)
         out.score["ber_degradation"] = np.nan_to_num(np.fmax(f.log_ber_delta, cfg.ber_margin_dec - f.ber_margin_dec),
                                                      nan=0.0)
         ber_counted = c["port_fec_corrected_bits_total"].seen() & c["port_rx_phy_bits_total"].seen()

@@ -48,6 +48,8 @@ GAUGE_MINMAX = ("port_oper_up", "port_admin_up", "port_pre_fec_ber")
 # a short storm or BER burst inside a long cycle is not averaged away, whatever the cycle step
 COUNTER_SUB = ("port_pfc_tx_pause_seconds_total", "port_tx_pause_seconds_total", "port_rx_bytes_total",
                "port_fec_corrected_bits_total")
+# counters whose rate is a level condition counted per observation window, not per cycle (BER: corrected bits)
+COUNTER_LEVEL = ("port_fec_corrected_bits_total",)
 EPOCH_MS = 946_684_800_000  # 2000-01-01Z: observation times are stored as uint32 seconds since then
 
 NRZ_FEC_LIMIT = 5e-5   # KR4 RS(528,514), detection.md F11 [UNVERIFIED]
@@ -206,9 +208,21 @@ class CounterTrack:
     BASE = ("last", "last_ts", "bits", "sat", "acc", "acc_ms", "acc_n", "acc_nz", "unknown", "h_acc", "h_ms",
             "h_ts")
     SUB = ("s_acc", "s_ms", "pk", "lo", "h_pk", "h_lo")
+    LEVEL = ("o_acc", "o_ms", "o_n", "o_hit", "thr")
 
-    def __init__(self, n: int, sub_ms: int = 0) -> None:
+    def __init__(self, n: int, sub_ms: int = 0, level: bool = False) -> None:
         self.sub_ms = sub_ms
+        self.level = level and sub_ms > 0
+        if self.level:
+            # a rate level's observations (BER): windows of about sub_ms of data (a poll, or polls shorter than
+            # it merged; closed at 90 % of it, so a 60 s poll with jitter is one), counted per cycle (o_n), with
+            # those whose rate reached `thr` (o_hit; per second, NaN: none set). The window spans cycles, so a
+            # cycle step longer than the poll brings one observation per poll, as a 60 s step does one by one
+            self.o_acc = np.zeros(n)
+            self.o_ms = np.zeros(n, np.int64)
+            self.o_n = np.zeros(n, np.int32)
+            self.o_hit = np.zeros(n, np.int32)
+            self.thr = np.full(n, np.nan)
         self.last = np.full(n, np.nan)
         self.last_ts = np.zeros(n, np.int64)
         self.bits = np.zeros(n, np.int16)       # 0: width unknown (64-bit native)
@@ -231,7 +245,7 @@ class CounterTrack:
 
     @property
     def FIELDS(self) -> tuple[str, ...]:
-        return self.BASE + self.SUB if self.sub_ms else self.BASE
+        return self.BASE + (self.SUB if self.sub_ms else ()) + (self.LEVEL if self.level else ())
 
     def put(self, idx: np.ndarray, ts: np.ndarray, val: np.ndarray, max_gap_ms: int
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -251,6 +265,8 @@ class CounterTrack:
             self.unknown[lost] += 1
             if self.sub_ms:  # an unknown step breaks the running sub-window
                 self.s_acc[lost], self.s_ms[lost] = 0.0, 0
+            if self.level:
+                self.o_acc[lost], self.o_ms[lost] = 0.0, 0
         k_idx, k_inc, k_dt, k_ts = (idx, inc, dt, ts) if all_known else (idx[known], inc[known], dt[known],
                                                                           ts[known])
         self.acc[k_idx] += k_inc
@@ -266,6 +282,15 @@ class CounterTrack:
                 self.pk[done] = np.maximum(self.pk[done], rate)
                 self.lo[done] = np.minimum(self.lo[done], rate)
                 self.s_acc[done], self.s_ms[done] = 0.0, 0
+        if self.level:
+            self.o_acc[k_idx] += k_inc
+            self.o_ms[k_idx] += k_dt
+            done = k_idx[self.o_ms[k_idx] * 10 >= self.sub_ms * 9]
+            if len(done):
+                rate = self.o_acc[done] * 1000.0 / self.o_ms[done]
+                self.o_n[done] += 1
+                self.o_hit[done] += ((rate >= self.thr[done]) & (rate > 0)).astype(np.int32)  # NaN: never
+                self.o_acc[done], self.o_ms[done] = 0.0, 0
         if fin.all():  # a NaN reading keeps the previous one as the reference
             self.last[idx], self.last_ts[idx] = val, ts
         else:
@@ -312,6 +337,9 @@ class CounterTrack:
         if self.sub_ms:
             self.pk[:] = -np.inf
             self.lo[:] = np.inf
+        if self.level:
+            self.o_n[:] = 0
+            self.o_hit[:] = 0
 
 
 class DecayedCount:
@@ -575,7 +603,7 @@ class FeatureState:
         for m, axis in AXIS.items():
             n = {"port": P, "lane": L, "prio": P * NPRIO}[axis]
             if catalogue.is_counter(m):
-                self.counters[m] = CounterTrack(n, cfg.rate_window_ms if m in COUNTER_SUB else 0)
+                self.counters[m] = CounterTrack(n, cfg.rate_window_ms if m in COUNTER_SUB else 0, m in COUNTER_LEVEL)
             else:
                 self.gauges[m] = GaugeTrack(n, m in GAUGE_MINMAX)
         self.fresh_m: dict[str, np.ndarray] = {m: np.zeros(0, bool) for m in AXIS}  # set by settle()
