@@ -1,30 +1,34 @@
 """Fleet-wide reads through the control database's fleet tables (postgres_fdw foreign partitions).
 
-A read first asks each shard of the stored pod map whether it answers (`live`), then queries the
-partitioned parents with `pod = ANY(<the live shards' pods>)`: PostgreSQL prunes the down shards' partitions,
-so they are never connected to, and sends the pod and time conditions to the others (Remote SQL). What the
-down shards hold is named in `missing_pods`, never passed off as a whole answer.
+A read asks the partitioned parents for `pod = ANY(<pods>)` and the time range: PostgreSQL sends these
+conditions to each shard (Remote SQL) and prunes the partitions of pods not asked for, which are then never
+connected to. When a shard does not answer, the query fails; the read then connects to each shard of the
+stored pod map, and asks again for the pods of those that answered only. Shards found down are left out
+without trying for RECHECK_S. What they hold is named (`Reach.missing`), never passed off as a whole answer.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
+import psycopg
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
 from service.shards.setup import FLEET_SCHEMA
 from service.shards.topology import NO_POD, Topology, probe
 from service.telemetry import catalogue
-from service.telemetry.chunk_codec import decode
 from service.telemetry.counters import rates
 from service.telemetry.service import SeriesResult, _bucket_gauge, _bucket_rates
-from service.telemetry.store import Samples, merge
+from service.telemetry.store import Samples, _decoded, copy_rows_and_chunks, merge
 
 MISSING_HEADER = "X-Fabricwatch-Missing-Pods"
+RECHECK_S = 5.0  # a shard found down is left out of reads this long before it is tried again
+_DOWN: dict[str, tuple[float, str]] = {}  # shard -> (left out until, monotonic clock; why)
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,11 @@ class Reach:
     def missing_shown(self) -> list[str]:
         """Missing pods as the API names them: '' is '(no pod)'."""
         return [p or "(no pod)" for p in self.missing]
+
+
+def recheck_now() -> None:
+    """Forget which shards were found down: the next read tries them all again."""
+    _DOWN.clear()
 
 
 def pod_map(conn: Connection) -> dict[str, str]:
@@ -67,9 +76,10 @@ LIMIT :limit
 """
 
 
-def _which(found: list[Any], pod_shard: dict[str, str]) -> tuple[str, dict[str, Any]]:
+def _which(found: list[Any], pod_shard: dict[str, str], mark: str = ":{}") -> tuple[str, dict[str, Any]]:
     """A condition naming exactly these (pod, series) pairs: series ids are per shard, so one (pods, ids)
-    pair of arrays per shard; each shard's partition only matches its own pods."""
+    pair of arrays per shard; each shard's partition only matches its own pods. `mark` formats a bind
+    parameter's name (":{}" for SQLAlchemy, "%({})s" for psycopg)."""
     groups: dict[str, tuple[set[str], set[int]]] = {}
     for r in found:
         pods, sids = groups.setdefault(pod_shard[r.pod], (set(), set()))
@@ -79,7 +89,8 @@ def _which(found: list[Any], pod_shard: dict[str, str]) -> tuple[str, dict[str, 
     terms = []
     for i, (pods, sids) in enumerate(groups.values()):
         params[f"p{i}"], params[f"s{i}"] = sorted(pods), sorted(sids)
-        terms.append(f"(pod = ANY(CAST(:p{i} AS text[])) AND series_id = ANY(CAST(:s{i} AS int[])))")
+        terms.append(f"(pod = ANY(CAST({mark.format(f'p{i}')} AS text[])) "
+                     f"AND series_id = ANY(CAST({mark.format(f's{i}')} AS int[])))")
     return "(" + " OR ".join(terms) + ")", params
 
 
@@ -91,42 +102,56 @@ def _us(t: datetime) -> int:
     return (t - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
 
 
+def _copy_sql(which: str) -> str:
+    """(index, ts[], value[], chunk) rows, store.parse_copy's shape: per series its rows as arrays (aggregated
+    here, after the shards sent the rows their conditions select), its blocks, and its chunks. The series'
+    index comes from joining the (pod, series) pairs; `which` keeps every condition on the foreign scans."""
+    k = ("JOIN unnest(CAST(%(kp)s AS text[]), CAST(%(ks)s AS int[]), CAST(%(ki)s AS int[])) AS k(kpod, ksid, idx) "
+         "ON k.kpod = t.pod AND k.ksid = t.series_id")
+    return (f"SELECT k.idx, t.ts, t.vals, NULL::bytea FROM (SELECT pod, series_id, array_agg(ts ORDER BY ts) ts, "
+            f"array_agg(value ORDER BY ts) vals FROM {FLEET_SCHEMA}.rows WHERE {which} AND ts >= %(lo)s "
+            f"AND ts <= %(hi)s GROUP BY pod, series_id) t {k} "
+            f"UNION ALL SELECT k.idx, t.ts, t.vals, NULL FROM {FLEET_SCHEMA}.blocks t {k} "
+            f"WHERE {which} AND t.last_ts >= %(lo)s AND t.first_ts <= %(hi)s "
+            # a chunk lies in one UTC day: those with samples in [lo, hi] start on or after lo's day (store.py)
+            f"UNION ALL SELECT k.idx, NULL, NULL, t.data FROM {FLEET_SCHEMA}.chunks t {k} "
+            f"WHERE {which} AND t.first_ts >= %(day)s AND t.first_ts <= %(hi)s AND t.last_ts >= %(lo)s")
+
+
+def _read_params(found: list[Any], pod_shard: dict[str, str], lo: datetime, hi: datetime
+                 ) -> tuple[str, dict[str, Any]]:
+    which, params = _which(found, pod_shard, "%({})s")
+    params |= {"kp": [r.pod for r in found], "ks": [r.series_id for r in found], "ki": list(range(len(found))),
+               "lo": lo, "hi": hi, "day": lo.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)}
+    return _copy_sql(which), params
+
+
+def explain_read(conn: Connection, found: list[Any], pod_shard: dict[str, str], lo: datetime, hi: datetime) -> str:
+    """EXPLAIN VERBOSE of the read `read_fleet_samples` runs for these series (docs, tests)."""
+    query, params = _read_params(found, pod_shard, lo, hi)
+    with conn.connection.driver_connection.cursor() as cur:  # type: ignore[union-attr]
+        cur.execute("SET LOCAL enable_partitionwise_aggregate = on")
+        return "\n".join(r[0] for r in cur.execute("EXPLAIN (VERBOSE, COSTS OFF) " + query, params))
+
+
 def read_fleet_samples(conn: Connection, found: list[Any], pod_shard: dict[str, str], lo: datetime,
                        hi: datetime) -> Samples:
     """Samples of these series in [lo, hi] from rows, blocks and chunks on their shards, keyed by the
-    series' index in `found`, sorted by (index, time), one per (series, time)."""
+    series' index in `found`, sorted by (index, time), one per (series, time). One binary COPY, parsed
+    by numpy (store.parse_copy), as the single-server read does."""
     if not found:
         return Samples.empty()
-    index = {(r.pod, r.series_id): i for i, r in enumerate(found)}
-    which, params = _which(found, pod_shard)
-    params |= {"lo": lo, "hi": hi, "day": lo.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)}
-    sid: list[int] = []
-    ts: list[int] = []
-    val: list[float] = []
-    for pod, series_id, t, v in conn.execute(text(rows_sql(which)), params):
-        sid.append(index[(pod, series_id)])
-        ts.append(_us(t))
-        val.append(v)
-    blocks = conn.execute(text(f"SELECT pod, series_id, ts, vals FROM {FLEET_SCHEMA}.blocks WHERE {which} "
-                               f"AND last_ts >= :lo AND first_ts <= :hi"), params)
+    query, params = _read_params(found, pod_shard, lo, hi)
+    raw = conn.connection.driver_connection
+    with raw.cursor() as cur:  # type: ignore[union-attr]
+        # each shard aggregates its own rows into a row of arrays per series (sent as one row, not thousands)
+        cur.execute("SET LOCAL enable_partitionwise_aggregate = on")
+        plain, chunks = copy_rows_and_chunks(cur, query, params)
     lo_us, hi_us = _us(lo), _us(hi)
-    for pod, series_id, times, vals in blocks:
-        for t, v in zip(times, vals, strict=True):
-            if lo_us <= (u := _us(t)) <= hi_us:
-                sid.append(index[(pod, series_id)])
-                ts.append(u)
-                val.append(v)
-    plain = Samples(np.array(sid, np.int64), np.array(ts, np.int64), np.array(val, np.float64))
-    # A chunk lies in one UTC day: those with samples in [lo, hi] start on or after lo's day (as store.py).
-    chunks = conn.execute(text(f"SELECT pod, series_id, data FROM {FLEET_SCHEMA}.chunks WHERE {which} "
-                               f"AND first_ts >= :day AND first_ts <= :hi AND last_ts >= :lo"), params)
-    parts = [Samples.empty()]
-    for pod, series_id, data in chunks:
-        c_ts, c_val = decode(data)
-        keep = (c_ts >= lo_us) & (c_ts <= hi_us)
-        parts.append(Samples(np.full(int(keep.sum()), index[(pod, series_id)], np.int64), c_ts[keep], c_val[keep]))
-    packed = Samples(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("sid", "ts_us", "value")))
-    return merge(packed, plain)[0]  # a chunk's reading wins over a late row at the same time, as store.py
+    plain = plain.take(np.nonzero((plain.ts_us >= lo_us) & (plain.ts_us <= hi_us))[0])  # blocks overhang
+    plain = plain.take(np.lexsort((plain.ts_us, plain.sid)))
+    # a chunk's reading wins over a late row at the same time, as in store.py
+    return merge(_decoded(chunks, lo, hi), plain)[0]
 
 
 def query_series(*, conn: Connection, topology: Topology, metric: str, start: datetime, end: datetime,
@@ -138,20 +163,27 @@ def query_series(*, conn: Connection, topology: Topology, metric: str, start: da
     mdef = catalogue.get(metric)
     if mdef is None:
         raise KeyError(metric)
+    pod_shard = pod_map(conn)
+    # Optimistic: every shard answers but those found down in the last RECHECK_S (no connection of our own
+    # per read). A query that fails asks each shard, then goes again without the ones down; a second failure
+    # is raised.
+    now = time.monotonic()
+    recent = {s: why for s, (until, why) in _DOWN.items() if until > now and s in topology.shards}
+    seen = Reach(sorted(p for p, s in pod_shard.items() if s not in recent),
+                 sorted(p for p, s in pod_shard.items() if s in recent), recent)
     for attempt in (1, 2):
-        seen = reach(conn, topology)
-        pod_shard = pod_map(conn)
         try:
             found = conn.execute(text(_FLEET_SERIES_SQL), {
                 "pods": seen.live, "metric": metric, "device": device, "port": port, "lane": lane,
                 "priority": priority, "gpu": gpu, "limit": max_series}).all() if seen.live else []
             got = read_fleet_samples(conn, found, pod_shard, start, end)
             break
-        except DBAPIError:
-            # A shard went away between the probe and the query: ask again, and leave it out this time.
+        except (DBAPIError, psycopg.Error):
             conn.rollback()
             if attempt == 2:
                 raise
+            seen = reach(conn, topology)
+            _DOWN.update({s: (time.monotonic() + RECHECK_S, why) for s, why in seen.down.items()})
     is_counter = mdef.kind is catalogue.Kind.COUNTER and not raw
     cuts = np.searchsorted(got.sid, np.arange(len(found)), side="left").tolist()
     ends = np.searchsorted(got.sid, np.arange(len(found)), side="right").tolist()
