@@ -21,11 +21,12 @@ backends used per request, and how busy the whole machine was (the rest is other
 `--revalidate`: alert requests send If-None-Match with the ETag last seen for the same query, as a
 browser or the NOC page polling the list does; 304s count as answers.
 
-`--kinds-rate R`: after the mix, each of the mix's four request kinds alone at R req/s for `--kinds-seconds`,
-after a phase with no requests (ingest only): CPU ms per request of each kind, API + its database, less
-that idle phase. `--baseline-dir DIR` serves DIR's code (a `git archive` of an older commit) on the next port
-against the same database, measured the same way, alternating with this code, kind by kind: a side-by-side
-in one run on one machine.
+`--kinds N`: after the mix, each of the mix's four request kinds alone, N requests two at a time
+(closed loop, so a busy machine delays them but does not pile them up), `--kinds-rounds` times: CPU ms per
+request of each kind, API + its database, after the ingest stream has stopped (less what the idle phases
+before and after measure: background work). `--baseline-dir DIR` serves DIR's code (a `git archive` of an
+older commit) on the next port against the same database, measured the same way, alternating with this
+code kind by kind: a side-by-side in one run on one machine, whatever else the machine is doing.
 """
 
 from __future__ import annotations
@@ -124,10 +125,7 @@ async def open_loop(base: str, rate: float, seconds: float, *, anchor: bool = Fa
                     revalidate: bool = False, kind: int | None = None) -> dict[str, list[float]]:
     """Latency (s, from intended send time) per endpoint; a failure or timeout counts as 10 s.
     `anchor`: every request is GET /healthz. `revalidate`: alert requests send the last ETag of their query.
-    `kind`: only that kind of the mix's requests; a rate of 0 sends nothing for `seconds`."""
-    if rate <= 0:
-        await asyncio.sleep(seconds)
-        return {"errors": []}
+    `kind`: only that kind of the mix's requests."""
     out: dict[str, list[float]] = {"alerts": [], "series": [], "healthz": [], "errors": [], "not_modified": []}
     rng = random.Random(int(rate))
     etags: dict[str, str] = {}
@@ -199,8 +197,8 @@ def main() -> None:
     ap.add_argument("--revalidate", action="store_true", help="alert requests send If-None-Match")
     ap.add_argument("--app-dir", type=Path, default=REPO,
                     help="serve another checkout's code (e.g. `git archive` of the commit before a change)")
-    ap.add_argument("--kinds-rate", type=float, default=0.0, help="each kind alone at this rate (0: not run)")
-    ap.add_argument("--kinds-seconds", type=float, default=10.0)
+    ap.add_argument("--kinds", type=int, default=0, help="requests of each kind alone per round (0: not run)")
+    ap.add_argument("--kinds-rounds", type=int, default=3)
     ap.add_argument("--baseline-dir", type=Path, help="older code, measured kind by kind beside this one")
     ap.add_argument("--port", type=int, default=18432)
     ap.add_argument("--server", default=os.environ.get("FABRICWATCH_TEST_DATABASE_URL",
@@ -210,7 +208,7 @@ def main() -> None:
     devices = fabric()
     url = create_db(args.server, "fw_load")
     results: dict[tuple[float, str], tuple[dict[str, list[float]], Phase]] = {}
-    kinds: list[tuple[str, str, float, Phase, dict[str, list[float]]]] = []
+    kinds: list[tuple[str, str, Phase, dict[str, list[float]]]] = []
     try:
         add_inventory(url, devices)
         seed(url)
@@ -223,11 +221,7 @@ def main() -> None:
                                 more.enter_context(api_server(url, args.port + 1, args.workers, args.baseline_dir)), b))
             pushers = devices[:args.ingest_devices]
             ingest = PushStats()
-            total = 2 * args.seconds * len(rates) + 40
-            if args.kinds_rate:
-                total += (len(KINDS) + 2) * len(servers) * (args.kinds_seconds + 3)
-            t = threading.Thread(target=lambda: asyncio.run(
-                push_loop(base, pushers, time.monotonic() + total, ingest, 8)), daemon=True)
+            t = Ingest(base, pushers, ingest)
             t.start()
             time.sleep(12)  # the stream's first interval creates its series; measure in steady state
             for r in rates:
@@ -237,9 +231,11 @@ def main() -> None:
                                                     revalidate=args.revalidate))
                     results[(r, what)] = (res, phase)
                     time.sleep(2)  # let a backlog drain before the next phase
-            if args.kinds_rate:
+            t.stop()
+            if args.kinds:
+                # Without the ingest stream: its CPU is most of what an idle phase measures, and its share of a
+                # phase would be noise on the difference (the series read what it stored until now).
                 kind_phases(args, url, servers, kinds)
-            t.join()
         n_ports = sum(p for _, _, p in pushers)
         print(f"machine: {platform.node()} {os.cpu_count()} cores, {platform.platform()}; "
               f"{args.workers} uvicorn workers serving {args.app_dir}, load generator on the same machine; "
@@ -262,40 +258,100 @@ def main() -> None:
         drop_db(args.server, url)
 
 
+class Ingest(threading.Thread):
+    """The ingest stream (bench/ingest_soak.py's push loop) in a thread of its own, until stopped."""
+
+    def __init__(self, base: str, devices: list[tuple[str, str, int]], stats: PushStats) -> None:
+        super().__init__(daemon=True)
+        self.base, self.devices, self.stats = base, devices, stats
+        self.ready = threading.Event()
+
+    def run(self) -> None:
+        async def main() -> None:
+            self.loop = asyncio.get_running_loop()
+            self.task = asyncio.ensure_future(push_loop(self.base, self.devices, float("inf"), self.stats, 8))
+            self.ready.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+        asyncio.run(main())
+
+    def stop(self) -> None:
+        self.ready.wait()
+        self.loop.call_soon_threadsafe(self.task.cancel)
+        self.join()
+
+
+async def closed_loop(base: str, n: int, kind: int, in_flight: int = 2) -> dict[str, list[float]]:
+    """n requests of one kind, `in_flight` at a time; latency from each request's own start."""
+    out: dict[str, list[float]] = {"alerts": [], "series": [], "errors": []}
+    rng = random.Random(kind)
+    todo = iter(range(n))
+    async with aiohttp.ClientSession(base, timeout=aiohttp.ClientTimeout(total=30)) as client:
+        async def worker() -> None:
+            for i in todo:
+                name, path, params = request_for(i, rng, kind)
+                t0 = time.perf_counter()
+                try:
+                    async with client.get(path, params=params) as r:
+                        await r.read()
+                        ok = r.status == 200
+                except (aiohttp.ClientError, TimeoutError):
+                    ok = False
+                out[name].append(time.perf_counter() - t0)
+                if not ok:
+                    out["errors"].append(1.0)
+
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
+    return out
+
+
 def kind_phases(args: argparse.Namespace, url: str, servers: list[tuple[str, Any, str]],
-                out: list[tuple[str, str, float, Phase, dict[str, list[float]]]]) -> None:
-    """Idle (ingest only), each kind alone, idle again; servers alternate phase by phase."""
-    plan = [("idle", None, 0.0), *((k, i, args.kinds_rate) for i, k in enumerate(KINDS)), ("idle", None, 0.0)]
-    for name, kind, rate in plan:
-        for app_dir, server, base in servers:
-            # Warm up: each process fills its pool and caches (a cache's first fill is not its steady state).
-            if rate:
-                asyncio.run(open_loop(base, rate, 1.0, kind=kind))
+                out: list[tuple[str, str, Phase, dict[str, list[float]]]]) -> None:
+    """Idle (ingest only), then rounds of each kind alone, then idle again; servers alternate phase by phase."""
+    def idle() -> None:
+        for app_dir, server, _ in servers:
             with Phase(server, url) as phase:
-                res = asyncio.run(open_loop(base, rate, args.kinds_seconds, kind=kind))
-            out.append((app_dir, name, rate, phase, res))
-            time.sleep(2)
+                time.sleep(10)
+            out.append((app_dir, "idle", phase, {}))
+
+    idle()
+    for _ in range(args.kinds_rounds):
+        for i, name in enumerate(KINDS):
+            for app_dir, server, base in servers:
+                asyncio.run(closed_loop(base, 20, i))  # warm: each process fills its pool
+                with Phase(server, url) as phase:
+                    res = asyncio.run(closed_loop(base, args.kinds, i))
+                out.append((app_dir, name, phase, res))
+    idle()
 
 
-def report_kinds(args: argparse.Namespace, kinds: list[tuple[str, str, float, Phase, dict[str, list[float]]]]
-                 ) -> None:
+def report_kinds(args: argparse.Namespace, kinds: list[tuple[str, str, Phase, dict[str, list[float]]]]) -> None:
     if not kinds:
         return
-    print(f"each kind alone at {args.kinds_rate:.0f} req/s for {args.kinds_seconds:.0f} s; CPU of API + its database "
-          "per request, less the mean of the idle phases (ingest only) of the same code:")
+    print(f"each kind alone, {args.kinds} requests x {args.kinds_rounds} rounds, 2 in flight; CPU of API + its "
+          "database per request, ingest stopped, less the idle phases of the same code: median of the rounds "
+          "[each round]")
     for app_dir in dict.fromkeys(a for a, *_ in kinds):
         mine = [k for k in kinds if k[0] == app_dir]
-        idle = [ph.api_cores for _, name, _, ph, _ in mine if name == "idle"]
+        idle = [ph.api_cores for _, name, ph, _ in mine if name == "idle"]
         idle_cores = sum(idle) / len(idle)
         print(f"  {app_dir}: idle {idle_cores:.3f} cores ({', '.join(f'{c:.3f}' for c in idle)})")
-        for _, name, _, ph, res in mine:
-            if name == "idle":
-                continue
-            xs = res.get("alerts", []) + res.get("series", [])
-            per = 1000 * (ph.api_cores - idle_cores) * ph.wall / max(1, len(xs))
-            print(f"    {name:20s}: {per:6.2f} CPU ms/request; n={len(xs)} p50 {pct(xs, 0.5):6.1f} ms "
-                  f"p99 {pct(xs, 0.99):7.1f} ms, errors {len(res['errors'])}; machine busy "
-                  f"{ph.machine_cores:.2f} cores")
+        for name in KINDS:
+            per, lat, busy, errors = [], [], [], 0
+            for _, k, ph, res in mine:
+                if k != name:
+                    continue
+                xs = res["alerts"] + res["series"]
+                per.append(1000 * (ph.api_cores - idle_cores) * ph.wall / max(1, len(xs)))
+                lat += xs
+                busy.append(ph.machine_cores)
+                errors += len(res["errors"])
+            per_s = sorted(per)
+            rounds = ", ".join(f"{p:.2f}" for p in per)
+            print(f"    {name:20s}: {per_s[len(per_s) // 2]:6.2f} CPU ms/request [{rounds}]; "
+                  f"latency p50 {pct(lat, 0.5):5.1f} ms, errors {errors}; machine busy "
+                  f"{min(busy):.2f}-{max(busy):.2f} cores")
 
 
 if __name__ == "__main__":

@@ -75,6 +75,11 @@ class PageCache:
     def __len__(self) -> int:
         return len(self._pages)
 
+    def has(self, key: Hashable) -> bool:
+        """Whether a page of this query is held, of whichever version (then it is worth asking the version alone)."""
+        with self._lock:
+            return key in self._pages
+
     def get(self, version: Version, key: Hashable) -> bytes | None:
         with self._lock:
             return self._pages.get(key) if version == self._version else None

@@ -59,10 +59,13 @@ def list_alerts(request: Request, engine: EngineDep, _: ReadScope,
     filters = {"state": _sorted(state), "severity": _sorted(_values(severity)), "kind": _sorted(kind),
                "device": _sorted(device), "pod": _sorted(pod), "cause": _sorted(_values(cause))}
     key = (*filters.values(), sort, limit, cursor)
-    # A cached page needs only the version: one statement, no transaction (no BEGIN and ROLLBACK round trips).
+    # A page held for this query needs only the version to be served: one statement, no transaction (no BEGIN
+    # and ROLLBACK round trips). A query this process never rendered (or not since the version moved) skips it.
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        version = listcache.read_version(conn)
-        body = listcache.PAGES.get(version, key) if version else None
+        body = version = None
+        if listcache.PAGES.has(key):
+            version = listcache.read_version(conn)
+            body = listcache.PAGES.get(version, key) if version else None
         if body is None:
             conn.commit()  # ends nothing on the server (autocommit); lets the connection change its isolation
             conn.execution_options(isolation_level="REPEATABLE READ")

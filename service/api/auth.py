@@ -23,7 +23,7 @@ import ipaddress
 import math
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated
 
 from fastapi import Depends, Request, Security
@@ -174,22 +174,24 @@ class Authenticate:
 _bearer_scheme = HTTPBearer(auto_error=False, description="an API token: `fabricwatch token create`")
 
 
-def current_principal(request: Request,
-                      _: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer_scheme)] = None
-                      ) -> Principal:
+async def current_principal(request: Request,
+                            _: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer_scheme)] = None
+                            ) -> Principal:
+    """The principal `Authenticate` found: async, so that the usual case costs no trip through the thread pool."""
     principal = request.scope.get("state", {}).get("principal")
     if principal is not None:
         return principal
     # A route outside /api/v1 (none so far) that asks for a scope: authenticate here, the same way.
     settings = request.app.state.settings
-    return authenticate(settings=settings, engine=request.app.state.engine, trusted=networks(settings.trusted_proxies),
-                        authorization=request.headers.get("authorization", ""),
-                        peer=request.client.host if request.client else "unknown",
-                        forwarded_for=request.headers.get("x-forwarded-for"))
+    return await run_in_threadpool(
+        authenticate, settings=settings, engine=request.app.state.engine, trusted=networks(settings.trusted_proxies),
+        authorization=request.headers.get("authorization", ""),
+        peer=request.client.host if request.client else "unknown",
+        forwarded_for=request.headers.get("x-forwarded-for"))
 
 
-def require(scope: str) -> Callable[..., Principal]:
-    def check(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+def require(scope: str) -> Callable[..., Awaitable[Principal]]:
+    async def check(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:  # no thread hop
         if not principal.allows(scope):
             raise Problem(403, "Insufficient scope", f"this endpoint needs scope {scope!r}")
         return principal
