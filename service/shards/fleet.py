@@ -171,11 +171,16 @@ def query_series(*, conn: Connection, topology: Topology, metric: str, start: da
     recent = {s: why for s, (until, why) in _DOWN.items() if until > now and s in topology.shards}
     seen = Reach(sorted(p for p, s in pod_shard.items() if s not in recent),
                  sorted(p for p, s in pod_shard.items() if s in recent), recent)
+    asked: set[str] | None = None  # one device: only its pod's shard is asked (the inventory is here)
+    if device is not None:
+        asked = set(conn.execute(text("SELECT coalesce(pod, '') FROM devices WHERE name = :d"),
+                                 {"d": device}).scalars())
     for attempt in (1, 2):
         try:
+            pods = [p for p in seen.live if asked is None or p in asked]
             found = conn.execute(text(_FLEET_SERIES_SQL), {
-                "pods": seen.live, "metric": metric, "device": device, "port": port, "lane": lane,
-                "priority": priority, "gpu": gpu, "limit": max_series}).all() if seen.live else []
+                "pods": pods, "metric": metric, "device": device, "port": port, "lane": lane,
+                "priority": priority, "gpu": gpu, "limit": max_series}).all() if pods else []
             got = read_fleet_samples(conn, found, pod_shard, start, end)
             break
         except (DBAPIError, psycopg.Error):
@@ -200,6 +205,8 @@ def query_series(*, conn: Connection, topology: Topology, metric: str, start: da
                 points = _bucket_gauge(points, step_s)
         out.append(SeriesResult(r.metric, r.device, r.port, r.lane, r.priority, r.gpu, mdef.kind.value,
                                 "1/s" if is_counter else mdef.unit, points))
+    if asked is not None:  # only what this answer could have held counts as missing
+        seen = Reach(seen.live, [p for p in seen.missing if p in asked], seen.down)
     return out, seen
 
 

@@ -215,6 +215,14 @@ def test_a_down_shard_is_left_out_and_its_pods_named(ingested: Cluster, monkeypa
                                            start=T0, end=T0 + timedelta(minutes=5))
         assert seen.missing == ["p2", "p3"] and list(seen.down) == ["b"]
         assert sorted(r.device for r in got) == ["leaf1", "spine1"]  # shard a's, whole
+        with ingested.engine.connect() as conn:  # one device of shard a: whole, nothing of it missing
+            got, seen = fleet.query_series(conn=conn, topology=ingested.topology(), metric="port_rx_bytes_total",
+                                           device="leaf1", start=T0, end=T0 + timedelta(minutes=5))
+        assert seen.missing == [] and [r.device for r in got] == ["leaf1"]
+        with ingested.engine.connect() as conn:  # one device of shard b: nothing, and its pod named
+            got, seen = fleet.query_series(conn=conn, topology=ingested.topology(), metric="port_rx_bytes_total",
+                                           device="leaf2", start=T0, end=T0 + timedelta(minutes=5))
+        assert seen.missing == ["p2"] and got == []
         # writes for shard a go on; shard b's are refused by name, nothing of them stored
         report = ingest_samples(control=ingested.engine, topology=ingested.topology(), samples=[
             Sample("port_rx_errors_total", 9e3, T0_MS + 60_000, "leaf1", "eth0"),
