@@ -5,7 +5,8 @@ The rollup task computes each level forward from its watermark and never rescans
 sample, `sim generate --store`) would be in no rollup. Their writer marks those hours in
 `rollup_backfill` inside its own transaction: the samples and the marks commit together or not at all,
 and the rollup task computes the marked hours again, oldest first, each mark deleted by the transaction
-that computed its hour. No SQLAlchemy here: `fabricwatch import` runs without it.
+that computed its hour (a row per writer and hour: the run deletes the rows it read before computing,
+and a mark made meanwhile stays for the next round). No SQLAlchemy here: `fabricwatch import` runs without it.
 
 Each hour after one written is marked too: its first step (from the last sample before it) may now
 start at a sample just written. An hour at or after the 5-minute watermark needs no mark (the watermark
@@ -23,14 +24,12 @@ import psycopg
 
 HOUR_MS = 3_600_000
 
-# Rows in hour order: two writers marking overlapping hours lock them in the same order (no deadlock).
+# Rows of this writer's own (a log, no unique key): writers of late samples never wait for each other.
 _MARK_SQL = """
-INSERT INTO rollup_backfill AS b (level, hour)
+INSERT INTO rollup_backfill (level, hour)
 SELECT '5m', h FROM unnest(%(hours)s::timestamptz[]) AS h
 WHERE h < coalesce((SELECT done_until FROM rollup_watermarks WHERE level = '5m'),
                    CASE WHEN %(unrolled)s THEN 'infinity'::timestamptz ELSE '-infinity'::timestamptz END)
-ORDER BY h
-ON CONFLICT (level, hour) DO UPDATE SET seq = nextval('rollup_backfill_seq'), marked_at = now()
 """
 
 

@@ -228,10 +228,12 @@ class RollupWatermark(Base):
 
 
 class RollupBackfill(Base):
-    """Hours of a level to compute again (written behind its watermark); `seq` changes on each new mark."""
+    """Hours of a level to compute again (written behind its watermark): a row per writer and hour."""
 
     __tablename__ = "rollup_backfill"
-    level: Mapped[str] = mapped_column(String(8), primary_key=True)
-    hour: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
-    seq: Mapped[int] = mapped_column(BigInteger, server_default=text("nextval('rollup_backfill_seq'::regclass)"))
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True,
+                                    server_default=text("nextval('rollup_backfill_seq'::regclass)"))
+    level: Mapped[str] = mapped_column(String(8))
+    hour: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     marked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=text("now()"))
+    __table_args__ = (Index("rollup_backfill_hour", "level", "hour"),)

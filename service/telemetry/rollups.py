@@ -289,17 +289,18 @@ def _forward(engine: Engine, level: Level, *, now: datetime, lag_s: float, max_g
 # -- back-fill: hours written behind the watermark (service/telemetry/backfill.py marks them) -------------
 
 _HOUR = timedelta(hours=1)
-_MARK_1H = ("INSERT INTO rollup_backfill (level, hour) VALUES ('1h', :h) ON CONFLICT (level, hour) "
-            "DO UPDATE SET seq = nextval('rollup_backfill_seq'), marked_at = now()")
+_MARK_1H = "INSERT INTO rollup_backfill (level, hour) VALUES ('1h', :h)"
 
 
 def run_backfill(engine: Engine, level: Level, out: LevelRun, *, now: datetime, lag_s: float, max_gap_s: float,
                  max_hours: int, batch_series: int = 20_000) -> None:
     """Compute the level's marked hours again, oldest first (so each hour's first step reads the rollup
     of the hour before, itself recomputed), up to `max_hours`. Each hour is one transaction under the
-    level's lock: its buckets upserted (5m: a batch of series at a time), its mark deleted unless marked
-    again meanwhile (`seq`), and for the 5m level the hour marked for the 1h level. A run killed at any
-    point leaves the mark, and the next run computes the hour again (the upsert changes nothing twice).
+    level's lock: the ids of its marks read, its buckets upserted (5m: a batch of series at a time; these
+    statements start after the read, so they see every sample of those marks' writers), those marks
+    deleted (one made meanwhile stays for the next round), and for the 5m level the hour marked for the
+    1h level. A run killed at any point leaves the marks, and the next run computes the hour again (the
+    upsert changes nothing twice).
 
     Which marks are work: an hour at or after the watermark is not (the forward run reads it later;
     the mark goes). Before a level's first forward run (no watermark): a 5m hour once closed (`lag_s`
@@ -310,41 +311,41 @@ def run_backfill(engine: Engine, level: Level, out: LevelRun, *, now: datetime, 
                                 {"k": _LOCK_BASE + LEVELS.index(level)}).scalar_one():
                 out.busy = True
                 return
-            mark = conn.execute(text("SELECT hour, seq FROM rollup_backfill WHERE level = :l ORDER BY hour LIMIT 1"),
-                                {"l": level.name}).first()
-            if mark is None:
+            hour = conn.execute(text("SELECT min(hour) FROM rollup_backfill WHERE level = :l"),
+                                {"l": level.name}).scalar_one()
+            if hour is None:
                 out.backfill_left = False
                 return
-            hour, seq = mark
+            ids = conn.execute(text("SELECT array_agg(id) FROM rollup_backfill WHERE level = :l AND hour = :h"),
+                               {"l": level.name, "h": hour}).scalar_one()
             wm = watermark(conn, level)
             hi = hour + _HOUR
             if wm is not None:
                 if hour >= wm:
-                    _unmark(conn, level, hour, seq)
+                    _unmark(conn, ids)
                     continue
                 hi = min(hi, wm)
             elif level is L5M and hi > floor_to(now - timedelta(seconds=lag_s), level.bucket_s):
                 out.backfill_left = True  # not closed yet: marks are taken in hour order, so none after is
                 return
             if level is L5M:
-                ids = [r[0] for r in conn.execute(text("SELECT id FROM series ORDER BY id"))]
-                rows = sum(compute_chunk(conn, level, hour, hi, max_gap_s=max_gap_s, series=ids[i:i + batch_series])
-                           for i in range(0, len(ids), batch_series))
+                sids = [r[0] for r in conn.execute(text("SELECT id FROM series ORDER BY id"))]
+                rows = sum(compute_chunk(conn, level, hour, hi, max_gap_s=max_gap_s, series=sids[i:i + batch_series])
+                           for i in range(0, len(sids), batch_series))
                 conn.execute(text(_MARK_1H), {"h": floor_to(hour, L1H.bucket_s)})
             else:
                 rows = compute_chunk(conn, level, hour, hi, max_gap_s=max_gap_s)
-            _unmark(conn, level, hour, seq)
+            _unmark(conn, ids)
             conn.execute(text("UPDATE rollup_watermarks SET revised_at = now() WHERE level = :l"), {"l": level.name})
             out.backfilled += 1
             out.backfill_rows += rows
     out.backfill_left = True
 
 
-def _unmark(conn: Connection, level: Level, hour: datetime, seq: int) -> None:
-    """Delete the mark if nobody marked the hour again since it was read (then its new samples may not
-    have been read: the mark stays for the next round)."""
-    conn.execute(text("DELETE FROM rollup_backfill WHERE level = :l AND hour = :h AND seq = :s"),
-                 {"l": level.name, "h": hour, "s": seq})
+def _unmark(conn: Connection, ids: list[int]) -> None:
+    """Delete the marks read before the hour was computed; one made since (its samples perhaps committed
+    after the computation read) stays for the next round."""
+    conn.execute(text("DELETE FROM rollup_backfill WHERE id = ANY(:ids)"), {"ids": ids})
 
 
 def run_rollups(engine: Engine, *, now: datetime, lag_s: float = 60.0, max_gap_s: float = 900.0,

@@ -6,8 +6,9 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, make_url, text
 
 from service.telemetry.counters import increase
 from service.telemetry.rollups import L1H, L5M, LevelRun, _unmark, run_backfill, run_rollups
@@ -152,18 +153,39 @@ def test_history_before_the_first_rollup_run_and_hours_not_closed(db: Engine) ->
     _assert_rollups(db, "eth0", {t: (a, b) for t, a, b in zip(ts, c, g, strict=True)})
 
 
-def test_a_mark_made_again_while_its_hour_is_computed_stays(db: Engine) -> None:
-    """The run deletes a mark only if its `seq` is the one it read: an import that marked the hour again
-    meanwhile may have committed after the run read the samples."""
+def test_a_mark_made_while_its_hour_is_computed_stays(db: Engine) -> None:
+    """A run deletes only the marks it read before computing: a writer that marks the hour meanwhile may
+    have committed after the computation read the samples, so its mark stays for the next round."""
     add_hosts(db, 1, ports=1)
     import_prometheus(engine=db, chunks=[_text("eth0", [T0_MS + i * STEP_MS for i in range(10)], [1.0] * 10,
                                                [40.0] * 10)])
     with db.begin() as conn:
-        hour, seq = conn.execute(text("SELECT hour, seq FROM rollup_backfill ORDER BY hour LIMIT 1")).one()
-        conn.execute(text("UPDATE rollup_backfill SET seq = nextval('rollup_backfill_seq') WHERE hour = :h"),
-                     {"h": hour})  # what a concurrent writer's mark does
-        _unmark(conn, L5M, hour, seq)
-    assert (("5m", hour)) in _marks(db)
+        ids = conn.execute(text("SELECT array_agg(id) FROM rollup_backfill WHERE hour = :h"), {"h": T0}).scalar_one()
+        conn.execute(text("INSERT INTO rollup_backfill (level, hour) VALUES ('5m', :h)"), {"h": T0})  # a writer
+        _unmark(conn, ids)
+    assert _marks(db) == [("5m", T0), ("5m", T0 + timedelta(hours=1))]
     out = LevelRun("5m")
     run_backfill(db, L5M, out, now=T0 + timedelta(days=1), lag_s=60, max_gap_s=900, max_hours=10)
     assert out.backfilled == 2 and not out.backfill_left and [lv for lv, _ in _marks(db)] == ["1h", "1h"]
+
+
+def test_concurrent_writers_of_late_samples_do_not_wait_for_each_other(db: Engine, db_url: str) -> None:
+    """Two transactions marking the same hour, neither committed: the second does not block on the first."""
+    import psycopg
+
+    from service.telemetry.backfill import Hours
+
+    add_hosts(db, 1, ports=1)
+    with db.begin() as conn:
+        conn.execute(text("INSERT INTO rollup_watermarks (level, done_until) VALUES ('5m', :t)"),
+                     {"t": T0 + timedelta(days=1)})
+    hours = Hours()
+    hours.add_times(np.array([T0_MS + 60_000]))
+    url = make_url(db_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(url) as a, psycopg.connect(url) as b:
+        assert hours.mark(a.cursor(), with_blocks=False) == 2  # the hour and the one after
+        b.execute("SET lock_timeout = '2s'")
+        assert hours.mark(b.cursor(), with_blocks=False) == 2  # would raise LockNotAvailable if it waited
+        a.commit()
+        b.commit()
+    assert _marks(db) == [("5m", T0), ("5m", T0), ("5m", T0 + timedelta(hours=1)), ("5m", T0 + timedelta(hours=1))]
