@@ -35,7 +35,7 @@ from service.db import get_engine
 from service.inventory.secrets import SecretError, target_for
 from service.models import Endpoint
 from service.observability import COLLECT_ERRORS, COLLECT_SECONDS
-from service.shards.ingest import shard_engine_for_device
+from service.shards.ingest import shard_engine_for_device, shard_spool_for, shard_spools
 from service.telemetry.coverage import record_coverage
 from service.telemetry.ingest import Ingestor, IngestReport
 from service.telemetry.targets import (
@@ -109,15 +109,17 @@ def run_collection(endpoint_id: int, groups: list[str], *, settings: Settings | 
     settings = settings or get_settings()
     engine = get_engine(settings.database_url or "")
     spool_dir = Path(settings.spool_dir) if settings.spool_dir else default_spool_dir()
-    with contextlib.suppress(OperationalError):  # still away: the spool waits for the next task
-        spool_drain(spool_dir, lambda p: store_collection(engine, p, settings=settings))
+    # sharded: a spool per shard besides this one, so a down shard's backlog holds back only its own
+    for directory in [spool_dir, *shard_spools(spool_dir, settings)]:
+        with contextlib.suppress(OperationalError):  # still away: the spool waits for the next task
+            spool_drain(directory, lambda p: store_collection(engine, p, settings=settings))
     pending = collect_endpoint(engine, endpoint_id, groups)
     if pending is None:
         return {"endpoint_id": endpoint_id, "skipped": "endpoint no longer in the inventory"}
     try:
         report = store_collection(engine, pending, settings=settings)
     except OperationalError as exc:
-        path = spool_write(spool_dir, pending)
+        path = spool_write(shard_spool_for(spool_dir, engine, settings, pending.device_id), pending)
         log.warning("database unreachable (%s); spooled %d samples of %s to %s", type(exc).__name__,
                     len(pending.result.samples), pending.result.target, path)
         return {"target": pending.result.target, "ok": pending.result.ok, "spooled": str(path)}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sqlalchemy import Connection, Engine, text
 
@@ -173,3 +174,25 @@ def import_exposition(*, control: Engine, topology: Topology, chunks: Iterable[b
             raise NothingStored(report, first, source)  # leaving the stack with it rolls every shard back
     INGESTED_ROWS.inc(report.written)
     return report, reports
+
+
+def shard_spools(spool_dir: Path, settings: Settings) -> list[Path]:
+    """The per-shard spools under the collectors' spool (none unsharded)."""
+    return [spool_dir / "shards" / name for name in sorted(settings.shards.urls)]
+
+
+def shard_spool_for(spool_dir: Path, control: Engine, settings: Settings, device_id: int) -> Path:
+    """Where a collection that could not be stored waits: unsharded, or when the control database cannot say
+    the device's shard, the spool itself; else that shard's spool (`shard_spools`)."""
+    from sqlalchemy.exc import OperationalError
+
+    topology = topology_of(settings, control.url.render_as_string(hide_password=False))
+    if topology is None:
+        return spool_dir
+    try:
+        with control.connect() as conn:
+            name = conn.execute(text("SELECT name FROM devices WHERE id = :i"), {"i": device_id}).scalar()
+            shard = shards_of_devices(conn, topology, [name])[name] if name is not None else topology.default
+    except OperationalError:
+        return spool_dir  # the control database is away: every shard's writes wait in the one spool
+    return spool_dir / "shards" / shard

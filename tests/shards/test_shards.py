@@ -377,3 +377,41 @@ def test_cli_import_stores_each_sample_on_its_devices_shard(applied: Cluster, tm
     prom.write_text("# only a comment\n")
     done = _cli(applied, "import", str(prom))
     assert done.returncode == 1 and "no sample lines" in done.stderr, done.stderr
+
+
+def test_a_down_shards_spool_holds_back_only_its_own_collections(ingested: Cluster, tmp_path: Path) -> None:
+    """Collections spooled per shard: while shard b is down, the worker's drain stores shard a's backlog and
+    keeps b's; once b is back, b's is stored. Nothing is lost or stored twice."""
+    from collectors.base import CollectResult
+    from collectors.spool import PendingStore, spool_write
+    from collectors.tasks import run_collection
+    from service.config import load_settings
+    from service.shards.ingest import shard_spool_for
+
+    metric = "port_rx_discards_total"
+    settings = load_settings(database_url=ingested.control_url, spool_dir=str(tmp_path),
+                             shards=ingested.settings().model_dump())
+    pendings = {}
+    for device in ("leaf1", "host3"):
+        with ingested.engine.begin() as conn:
+            dev = conn.execute(text("SELECT id FROM devices WHERE name = :n"), {"n": device}).scalar_one()
+            ep = conn.execute(text("INSERT INTO endpoints (device_id, protocol, address, config) "
+                                   "VALUES (:d, 'gnmi', '127.0.0.1', '{}') RETURNING id"), {"d": dev}).scalar_one()
+        result = CollectResult(target=f"{device}/gnmi", samples=[
+            Sample(metric, float(i), T0_MS + i * 10_000, device, "eth0") for i in range(5)])
+        pendings[device] = PendingStore(ep, dev, "gnmi", ["counters"], T0_MS, result)
+    a, b = ingested.shard_a.url("fw_shard"), ingested.shard_b.url("fw_shard")
+    assert shard_spool_for(tmp_path, ingested.engine, settings, pendings["host3"].device_id) == tmp_path / "shards/b"
+    ingested.shard_b.stop()
+    try:
+        spool_write(tmp_path / "shards/b", pendings["host3"])  # b's backlog first: the oldest
+        spool_write(tmp_path / "shards/a", pendings["leaf1"])
+        # a task's drain (the endpoint is gone, so it only drains)
+        assert run_collection(10**9, ["counters"], settings=settings)["skipped"]
+        assert _count(a, metric) == 5 and not list((tmp_path / "shards/a").glob("*.json"))
+        assert len(list((tmp_path / "shards/b").glob("*.json"))) == 1
+    finally:
+        ingested.shard_b.start()
+    run_collection(10**9, ["counters"], settings=settings)
+    assert _count(b, metric) == 5 and not list((tmp_path / "shards/b").glob("*.json"))
+    assert _count(a, metric) == 5
