@@ -25,32 +25,47 @@ import psycopg
 HOUR_MS = 3_600_000
 
 # Rows of this writer's own (a log, no unique key): writers of late samples never wait for each other.
+# An hour is marked when what was written in it (from `lo`) lies behind the 5-minute watermark.
 _MARK_SQL = """
-INSERT INTO rollup_backfill (level, hour)
-SELECT '5m', h FROM unnest(%(hours)s::timestamptz[]) AS h
-WHERE h < coalesce((SELECT done_until FROM rollup_watermarks WHERE level = '5m'),
-                   CASE WHEN %(unrolled)s THEN 'infinity'::timestamptz ELSE '-infinity'::timestamptz END)
+INSERT INTO rollup_backfill (level, hour, lo)
+SELECT '5m', h, lo FROM unnest(%(hours)s::timestamptz[], %(los)s::timestamptz[]) AS m(h, lo)
+WHERE lo < coalesce((SELECT done_until FROM rollup_watermarks WHERE level = '5m'),
+                    CASE WHEN %(unrolled)s THEN 'infinity'::timestamptz ELSE '-infinity'::timestamptz END)
 """
 
 
 class Hours:
-    """The UTC hours (ms since 1970 // 1 h) of the samples a writer stored."""
+    """The UTC hours (ms since 1970 // 1 h) of the samples a writer stored, each with its earliest time."""
 
     def __init__(self) -> None:
-        self.hours: set[int] = set()
+        self.first: dict[int, int] = {}  # hour -> earliest ms written in it
+
+    @property
+    def hours(self) -> set[int]:
+        return set(self.first)
 
     def add_times(self, ts_ms: np.ndarray) -> None:
         """The hours of these times: of a batch spanning up to two days, every hour between its first and
-        last (a gap over-marked at worst, at no sort's cost), else each time's."""
+        last (a gap over-marked at worst, at no sort's cost: only the first hour starts after its start),
+        else each time's hour, whole."""
         if not len(ts_ms):
             return
-        lo, hi = int(ts_ms.min()) // HOUR_MS, int(ts_ms.max()) // HOUR_MS
-        self.hours.update(range(lo, hi + 1) if hi - lo <= 48 else np.unique(ts_ms // HOUR_MS).tolist())
+        t0 = int(ts_ms.min())
+        lo, hi = t0 // HOUR_MS, int(ts_ms.max()) // HOUR_MS
+        hours = range(lo, hi + 1) if hi - lo <= 48 else np.unique(ts_ms // HOUR_MS).tolist()
+        for h in hours:
+            start = t0 if h == lo else h * HOUR_MS
+            self.first[h] = min(self.first.get(h, start), start)
 
     def mark(self, cur: psycopg.Cursor[Any], *, with_blocks: bool) -> int:
         """Mark the hours behind the 5-minute watermark (see the module's doc); the marks written."""
-        if not self.hours:
+        if not self.first:
             return 0
-        wanted = sorted(self.hours | {h + 1 for h in self.hours})
-        hours = [datetime.fromtimestamp(h * 3600, UTC) for h in wanted]
-        return cur.execute(_MARK_SQL, {"hours": hours, "unrolled": with_blocks}).rowcount
+        # the hour after each, from its start: its first step may begin at a sample written here
+        wanted = {h + 1: (h + 1) * HOUR_MS for h in self.first} | self.first
+        for h in self.first:
+            wanted[h] = min(wanted[h], self.first[h])
+        hours = sorted(wanted)
+        return cur.execute(_MARK_SQL, {"hours": [datetime.fromtimestamp(h * 3600, UTC) for h in hours],
+                                       "los": [datetime.fromtimestamp(wanted[h] / 1000, UTC) for h in hours],
+                                       "unrolled": with_blocks}).rowcount

@@ -235,5 +235,6 @@ class RollupBackfill(Base):
                                     server_default=text("nextval('rollup_backfill_seq'::regclass)"))
     level: Mapped[str] = mapped_column(String(8))
     hour: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    lo: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # earliest sample written; NULL: all
     marked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=text("now()"))
     __table_args__ = (Index("rollup_backfill_hour", "level", "hour"),)

@@ -302,26 +302,37 @@ def run_backfill(engine: Engine, level: Level, out: LevelRun, *, now: datetime, 
     1h level. A run killed at any point leaves the marks, and the next run computes the hour again (the
     upsert changes nothing twice).
 
-    Which marks are work: an hour at or after the watermark is not (the forward run reads it later;
+    A mark carries the earliest time its writer stored in the hour (`lo`): the hour is computed from
+    that bucket on, and at most once a run (marked again meanwhile, it waits for the next run).
+
+    Which marks are work: one from at or after the watermark is not (the forward run reads it later;
     the mark goes). Before a level's first forward run (no watermark): a 5m hour once closed (`lag_s`
     after its end); a 1h hour always (its 5m rows were computed when it was marked)."""
+    done: set[datetime] = set()
     for _ in range(max_hours):
         with engine.begin() as conn:
             if not conn.execute(text("SELECT pg_try_advisory_xact_lock(:k)"),
                                 {"k": _LOCK_BASE + LEVELS.index(level)}).scalar_one():
                 out.busy = True
                 return
-            hour = conn.execute(text("SELECT min(hour) FROM rollup_backfill WHERE level = :l"),
-                                {"l": level.name}).scalar_one()
+            # an hour marked again while this run computed it (late samples still coming in) waits for the
+            # next run: one hour is computed at most once a run
+            hour = conn.execute(text("SELECT min(hour) FROM rollup_backfill WHERE level = :l AND hour <> ALL(:done)"),
+                                {"l": level.name, "done": sorted(done)}).scalar_one()
             if hour is None:
-                out.backfill_left = False
+                out.backfill_left = bool(done) and conn.execute(text(
+                    "SELECT EXISTS (SELECT 1 FROM rollup_backfill WHERE level = :l)"), {"l": level.name}).scalar_one()
                 return
-            ids = conn.execute(text("SELECT array_agg(id) FROM rollup_backfill WHERE level = :l AND hour = :h"),
-                               {"l": level.name, "h": hour}).scalar_one()
+            done.add(hour)
+            ids, first = conn.execute(text(
+                "SELECT array_agg(id), min(coalesce(lo, hour)) FROM rollup_backfill WHERE level = :l AND hour = :h"),
+                {"l": level.name, "h": hour}).one()
             wm = watermark(conn, level)
+            # from the bucket of the earliest sample marked: late live samples touch the hour's last buckets
+            lo = max(hour, floor_to(first, level.bucket_s))
             hi = hour + _HOUR
             if wm is not None:
-                if hour >= wm:
+                if lo >= wm:
                     _unmark(conn, ids)
                     continue
                 hi = min(hi, wm)
@@ -330,11 +341,11 @@ def run_backfill(engine: Engine, level: Level, out: LevelRun, *, now: datetime, 
                 return
             if level is L5M:
                 sids = [r[0] for r in conn.execute(text("SELECT id FROM series ORDER BY id"))]
-                rows = sum(compute_chunk(conn, level, hour, hi, max_gap_s=max_gap_s, series=sids[i:i + batch_series])
+                rows = sum(compute_chunk(conn, level, lo, hi, max_gap_s=max_gap_s, series=sids[i:i + batch_series])
                            for i in range(0, len(sids), batch_series))
                 conn.execute(text(_MARK_1H), {"h": floor_to(hour, L1H.bucket_s)})
             else:
-                rows = compute_chunk(conn, level, hour, hi, max_gap_s=max_gap_s)
+                rows = compute_chunk(conn, level, lo, hi, max_gap_s=max_gap_s)
             _unmark(conn, ids)
             conn.execute(text("UPDATE rollup_watermarks SET revised_at = now() WHERE level = :l"), {"l": level.name})
             out.backfilled += 1

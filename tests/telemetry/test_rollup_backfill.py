@@ -189,3 +189,40 @@ def test_concurrent_writers_of_late_samples_do_not_wait_for_each_other(db: Engin
         a.commit()
         b.commit()
     assert _marks(db) == [("5m", T0), ("5m", T0), ("5m", T0 + timedelta(hours=1)), ("5m", T0 + timedelta(hours=1))]
+
+
+def test_a_late_live_sample_recomputes_its_buckets_once_a_run(db: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sample later than the lag marks its hour from its own time: the run computes from its bucket to
+    the watermark, not the whole hour, and an hour marked again during the run waits for the next run."""
+    from service.telemetry import rollups
+
+    add_hosts(db, 1, ports=1)
+    ts = [T0_MS + 5_000 + i * STEP_MS for i in range(2 * 360)]
+    ingest_samples(engine=db, samples=[Sample(METRICS[1], 40.0, t, "h-000", "eth0") for t in ts])
+    now = T0 + timedelta(hours=1, minutes=52)
+    run_rollups(db, now=now, lag_s=60, max_gap_s=900, max_chunks=100)  # the 5m watermark at 1:50
+    late = T0_MS + 3600_000 + 40 * 60_000 + 2_500  # 1:40:02.5, after its bucket was rolled up
+    ingest_samples(engine=db, samples=[Sample(METRICS[1], 95.0, late, "h-000", "eth0")])
+    assert _marks(db) == [("5m", T0 + timedelta(hours=1))]
+
+    seen: list[tuple[str, datetime, datetime]] = []
+    real = rollups.compute_chunk
+
+    def spy(conn, level, lo, hi, **kw):  # type: ignore[no-untyped-def]
+        seen.append((level.name, lo, hi))
+        if level is L5M and len(seen) == 1:  # a writer marks the hour again while it is computed
+            conn.execute(text("INSERT INTO rollup_backfill (level, hour, lo) VALUES ('5m', :h, :h)"),
+                         {"h": T0 + timedelta(hours=1)})
+        return real(conn, level, lo, hi, **kw)
+
+    monkeypatch.setattr(rollups, "compute_chunk", spy)
+    out = LevelRun("5m")
+    run_backfill(db, L5M, out, now=now, lag_s=60, max_gap_s=900, max_hours=10)
+    assert seen == [("5m", T0 + timedelta(hours=1, minutes=40), T0 + timedelta(hours=1, minutes=50))]
+    assert out.backfilled == 1 and out.backfill_left  # the new mark: next run
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT max FROM rollup_5m WHERE bucket = :b"),
+                            {"b": T0 + timedelta(hours=1, minutes=40)}).scalar_one() == 95.0
+    run_backfill(db, L5M, LevelRun("5m"), now=now, lag_s=60, max_gap_s=900, max_hours=10)
+    assert seen[1] == ("5m", T0 + timedelta(hours=1), T0 + timedelta(hours=1, minutes=50))
+    assert [lv for lv, _ in _marks(db)] == ["1h", "1h"]
