@@ -415,3 +415,35 @@ def test_a_down_shards_spool_holds_back_only_its_own_collections(ingested: Clust
     run_collection(10**9, ["counters"], settings=settings)
     assert _count(b, metric) == 5 and not list((tmp_path / "shards/b").glob("*.json"))
     assert _count(a, metric) == 5
+
+
+def test_start_up_refresh_skips_a_down_shard_and_names_it(applied: Cluster, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """What `serve` and `inventory load` run: the shards that answer are brought in line, a down one is
+    named with a warning, and start-up goes on."""
+    import json
+
+    from service.shards.cli import refresh
+
+    dead = f"postgresql://postgres@127.0.0.1:{free_port()}/fw_shard"
+    monkeypatch.setenv("FABRICWATCH_SHARDS_URLS", json.dumps({**applied.settings().urls, "c": dead}))
+    monkeypatch.setenv("FABRICWATCH_SHARDS_PODS", json.dumps({**applied.settings().pods, "c": ["p4"]}))
+    monkeypatch.setenv("FABRICWATCH_SHARDS_CONNECT_TIMEOUT_S", "2")
+    with applied.engine.begin() as conn:
+        conn.execute(text("INSERT INTO pods (name) VALUES ('p4')"))
+    try:
+        refresh(applied.control_url, when="at start-up")
+        err = capsys.readouterr().err
+        assert "shard 'c' not updated (at start-up), unreachable:" in err and "shard 'a'" not in err
+        assert _scalar(applied.control_url, "SELECT shard FROM shard_pods WHERE pod = 'p4'") == "c"
+        with applied.engine.connect() as conn:  # reads leave c out and name its pod
+            _, seen = fleet.query_series(conn=conn, topology=Topology.of(applied.control_url, ShardSettings(
+                urls={**applied.settings().urls, "c": dead}, pods={**applied.settings().pods, "c": ["p4"]},
+                connect_timeout_s=2)), metric="port_rx_bytes_total", start=T0, end=T0 + timedelta(minutes=5))
+        assert seen.missing == ["p4"] and list(seen.down) == ["c"]
+    finally:  # the cluster's own layout again, for the tests after this one
+        with applied.engine.begin() as conn:
+            conn.execute(text("DELETE FROM shard_pods WHERE pod = 'p4'"))
+            conn.execute(text("DELETE FROM pods WHERE name = 'p4'"))
+        monkeypatch.undo()
+        apply(applied.topology())
