@@ -154,7 +154,11 @@ def compress_all(engine: Any, days: int) -> None:
     print(f"compressed into chunks in {time.perf_counter() - clock:.0f} s")
 
 
-def run(server: str, days: int, anchor_hours: float, compress: bool, alerts: bool, read_only_pass: bool) -> None:
+def run(server: str, days: int, anchor_hours: float, compress: bool, alerts: bool, read_only_pass: bool,
+        findings_out: str | None = None) -> None:
+    import hashlib
+    import json
+
     from sqlalchemy import text
 
     from service.db import get_engine
@@ -211,6 +215,11 @@ def run(server: str, days: int, anchor_hours: float, compress: bool, alerts: boo
     found, s_wall, s_cpu = _timed(lambda: backtest(engine, a, b, step, config=cfg, on_cycle=progress))
     print(f"streamed backtest: {cycles:,} cycles in {s_wall:.1f} s (CPU {s_cpu:.1f} s), {n / s_wall / 1e6:.2f} M "
           f"samples/s, {s_wall / cycles * 1000:.1f} ms/cycle, {len(found):,} findings; peak RSS {_rss_mib():.0f} MiB")
+    lines = [json.dumps(f.to_dict(), sort_keys=True, default=str) for f in found]
+    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+    print(f"findings sha256 {digest} (to compare runs of different code over the same history)")
+    if findings_out:
+        Path(findings_out).write_text("\n".join(lines) + "\n")
 
     if alerts:
         from service.pipeline import replay_alerts
@@ -247,13 +256,14 @@ def main() -> None:
     ap.add_argument("--one-import", action="store_true",
                     help="prepare: the whole history in one import (all blocks) instead of one import per day")
     ap.add_argument("--read-only", action="store_true", help="only the read pass (no backtest, no anchor)")
+    ap.add_argument("--findings", metavar="PATH", help="write the streamed backtest's findings here (JSON lines)")
     ap.add_argument("--no-alerts", dest="alerts", action="store_false",
                     help="skip the replay_alerts (CLI path) measurement")
     args = ap.parse_args()
     if args.what == "prepare":
         prepare(args.server, args.days, args.one_import)
     else:
-        run(args.server, args.days, args.anchor_hours, args.compress, args.alerts, args.read_only)
+        run(args.server, args.days, args.anchor_hours, args.compress, args.alerts, args.read_only, args.findings)
 
 
 if __name__ == "__main__":
