@@ -104,8 +104,8 @@ def main() -> None:
 
         read_s, expected = timed(base_read, args.repeat)
         dev_s, _ = timed(lambda: base_read(one_device), args.repeat)
-        print(f"single server: ingest {ingest_s:.2f} s ({len(batch) / ingest_s:,.0f}/s), read all {read_s * 1000:.0f} ms,"
-              f" one device {dev_s * 1000:.1f} ms")
+        print(f"single server: ingest {ingest_s:.2f} s ({len(batch) / ingest_s:,.0f}/s), "
+              f"read all {read_s * 1000:.0f} ms, one device {dev_s * 1000:.1f} ms")
         want = {(r.device, r.port): r.points for r in expected}  # type: ignore[attr-defined]
 
         for n, layout in LAYOUTS.items():
