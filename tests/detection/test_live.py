@@ -23,7 +23,8 @@ T0 = 1_735_689_600.0
 STEP = 60
 
 
-def _load(db: Engine, spec: dict, minutes: int) -> None:
+def load_history(db: Engine, spec: dict, minutes: int, poll_s: int = STEP) -> None:
+    """The scenario's inventory, and its fabric's samples polled every `poll_s` for `minutes`."""
     sc = Scenario.model_validate({"name": "t", **spec})
     inv = resolve_inventory(sc.inventory_source())
     with Session(db) as s:
@@ -31,8 +32,8 @@ def _load(db: Engine, spec: dict, minutes: int) -> None:
         s.commit()
     sim = make_sim(inv, sc, T0)
     samples = []
-    for t in timeline(T0, T0 + minutes * 60, STEP):
-        samples += list(frame_samples(sim, sim.step(t, STEP)))
+    for t in timeline(T0, T0 + minutes * 60, poll_s):
+        samples += list(frame_samples(sim, sim.step(t, poll_s)))
     ingest_samples(engine=db, samples=samples)
 
 
@@ -45,7 +46,7 @@ SPEC = {"seed": 4, "topology": {"hosts": 2, "nics_per_host": 4, "gpus_per_host":
 
 
 def test_live_cycles_equal_backtest_and_find_the_faults(db: Engine) -> None:
-    _load(db, SPEC, 75)
+    load_history(db, SPEC, 75)
     cfg = Config()
     t1 = int(T0 * 1000) + 10 * 60_000
     times = list(range(t1, int(T0 * 1000) + 75 * 60_000 + 1, 60_000))
@@ -70,7 +71,7 @@ def test_live_cycles_equal_backtest_and_find_the_faults(db: Engine) -> None:
 
 
 def test_live_reads_only_new_samples(db: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    _load(db, {**SPEC, "faults": []}, 30)
+    load_history(db, {**SPEC, "faults": []}, 30)
     import service.detection.service as svc
 
     seen: list[tuple[int, int]] = []
@@ -125,7 +126,7 @@ def test_too_few_rows_train_nothing() -> None:
 
 
 def test_fabric_from_tables(db: Engine) -> None:
-    _load(db, {**SPEC, "faults": []}, 2)
+    load_history(db, {**SPEC, "faults": []}, 2)
     with db.connect() as c:
         fab = load_fabric(c)
     linked = fab.peer >= 0

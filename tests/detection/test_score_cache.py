@@ -8,19 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from sqlalchemy import Engine
-from sqlalchemy.orm import Session
 
 from service.detection import forest
 from service.detection.features import IF_FEATURES
 from service.detection.forest import ModelStore
 from service.detection.service import backtest, detect_at
 from service.detection.state import Config
-from service.inventory.schemas import Inventory
-from service.inventory.service import upsert_inventory
-from service.telemetry.service import ingest_samples
-from simulator.scenarios import Scenario
-from simulator.telemetry import frame_samples, make_sim, resolve_inventory, timeline
-from tests.detection.test_live import SPEC, T0
+from tests.detection.test_live import SPEC, T0, load_history
 
 NAMES = ["a", "b", "c"]  # "c" has no model
 NF = len(IF_FEATURES)
@@ -73,16 +67,7 @@ def test_rows_that_did_not_move_keep_their_score_and_every_other_row_is_rescored
 
 def _sparse_history(db: Engine, minutes: int, poll_s: int) -> None:
     """The faulty fabric polled every `poll_s` (cycles every 60 s see new samples one cycle in poll_s / 60)."""
-    sc = Scenario.model_validate({"name": "t", **SPEC})
-    inv = resolve_inventory(sc.inventory_source())
-    with Session(db) as s:
-        upsert_inventory(session=s, inventory=Inventory.model_validate(inv))
-        s.commit()
-    sim = make_sim(inv, sc, T0)
-    samples = []
-    for t in timeline(T0, T0 + minutes * 60, poll_s):
-        samples += list(frame_samples(sim, sim.step(t, poll_s)))
-    ingest_samples(engine=db, samples=samples)
+    load_history(db, SPEC, minutes, poll_s)
 
 
 def test_backtest_keeping_scores_equals_live_and_full_scoring(db: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
