@@ -38,6 +38,8 @@ class Engine:
             self._trend_close(st, at_ms)
             st.next_bucket_ms = (at_ms // cfg.trend_bucket_ms + 1) * cfg.trend_bucket_ms
         cond = rules.evaluate(f, st)
+        for k in rules.OPTICAL:  # dark optics awaiting port state: not an observation (kept as they were)
+            fresh[k] = fresh[k] & ~cond.wait
         X = if_matrix(f, st)
         score, th = self.models.score(X, fab.cohort, fab.cohort_names)
         physical_raw = np.zeros(fab.P, bool)
@@ -83,6 +85,7 @@ class Engine:
             if kind not in ("congestion", "pause_storm", "host_side"):  # these do not move physical baselines
                 flagged |= firing[kind] | holding[kind]
         st.flagged = flagged
+        flagged = flagged | cond.wait  # not judged yet: not learned either
         self._learn(st, f, X, flagged, at_ms, fresh)
         st.last_cycle_ms = at_ms
         st.cycles += 1

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from service.detection.features import Features, seg_reduce
-from service.detection.state import AXIS, KINDS, NPRIO, FeatureState
+from service.detection.state import AXIS, DARK_METRICS, KINDS, NPRIO, FeatureState
 
 # The metrics each rule reads. A rule is "observed" on a port in a cycle that brought new data of any of
 # them (lane and priority metrics count for their port); otherwise its condition stays as it was.
@@ -47,6 +47,8 @@ PER_POLL = ("optical_degradation", "dom_threshold", "bias_drift", "host_side", "
 # Rules evaluated on data-time state every cycle (a flap ring, decayed penalties, a run of down readings):
 # their inputs carry their own time, so each cycle is an observation.
 TIMED = ("flap_storm", "loose_module", "link_down")
+# Rules that judge a port's optics: on a port awaiting its state (`awaiting_state`) they observe nothing
+OPTICAL = ("optical_degradation", "dom_threshold", "bias_drift", "anomaly")
 
 
 @dataclass
@@ -58,6 +60,7 @@ class Conditions:
     degraded: dict[str, np.ndarray] = field(default_factory=dict)  # kind -> (P,) uint16 (state.DEGRADED bits)
     lane_deg: np.ndarray | None = None                           # (L,) bool: degraded optical lanes
     optics_ok: np.ndarray | None = None                          # (P,) bool: in service (optical rules run)
+    wait: np.ndarray | None = None                               # (P,) bool: dark optics awaiting port state
 
 
 def _t(x: np.ndarray) -> np.ndarray:
@@ -162,6 +165,25 @@ def polled(st: FeatureState) -> np.ndarray:
     return out
 
 
+def awaiting_state(st: FeatureState, at_ms: int) -> np.ndarray:
+    """(P,) ports whose optics went dark (a lane's rx or tx under `lit_dbm`) after their port state was last read.
+
+    No light is the port state's to explain: a port shut on purpose turns its laser off, and its far end receives
+    nothing, while admin and oper status still say up until their next poll, which may come 5-15 optics polls
+    later (DOM every minute, state with the counters every 5-15 min). Judged on the held state, the shut module
+    is a tx low alarm and the far receiver a dying transmitter. So these ports' optical rules wait for a state
+    reading made since the darkness began: at most two of the port's state poll gaps (a missed poll), never more
+    than `max_gap_ms`; a port that reports no state has nothing to wait for. A dark lane on a port whose state
+    then says up is judged from that reading on."""
+    cfg, g = st.cfg, st.gauges
+    dark = np.maximum.reduce([st.dark_since[m] for m in DARK_METRICS])
+    dark_on = seg_reduce(np.maximum, dark.astype(float), st.fabric.lane_off, 0.0).astype(np.int64)
+    state_ts = np.maximum(g["port_oper_up"].last_ts, g["port_admin_up"].last_ts)
+    gap = np.where(st.oper_gap > 0, 2 * st.oper_gap, cfg.max_gap_ms)
+    limit = np.minimum(gap, cfg.max_gap_ms) + cfg.lateness_ms
+    return (dark_on > 0) & (state_ts > 0) & (state_ts < dark_on) & (at_ms - dark_on <= limit)
+
+
 def evaluate(f: Features, st: FeatureState) -> Conditions:
     fab, cfg = st.fabric, st.cfg
     off, lp = fab.lane_off, fab.lane_port
@@ -180,6 +202,8 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
         traffic = _t(c["port_rx_bytes_total"].rate() > 0)
         admin_off = _t(f.admin_up < 0.5) | _t(f.peer_admin_up < 0.5)
         in_service = ~admin_off & np.where(oper_known, _t(f.oper_up >= 0.5), f.lit | traffic)
+        out.wait = awaiting_state(st, f.at_ms)
+        in_service &= ~out.wait
         out.optics_ok = in_service
         unknown_state = ~admin_known & ~oper_known & ~(f.lit | traffic)
         state_deg = np.where(admin_known, 0, np.where(oper_known, 1 << 0, 1 << 1)).astype(np.uint16)

@@ -555,6 +555,8 @@ class Config:
     if_rows_per_cycle: int = 64
 
 
+# lane gauges whose dark readings (no light: a laser off, nothing received) only port state explains
+DARK_METRICS = ("optic_rx_power_dbm", "optic_tx_power_dbm")
 KINDS = ("optical_degradation", "post_fec_errors", "flap_storm", "loose_module", "pause_storm", "host_side",
          "congestion", "ber_degradation", "dom_threshold", "bias_drift", "anomaly", "link_down")
 HIST = 5  # observations kept per condition and port (the largest n of the k-of-n persistence)
@@ -642,6 +644,10 @@ class FeatureState:
         self.down_from_up = np.zeros(P, bool)          # that run began with an up -> down transition seen here
         self.oper_gap = np.zeros(P, np.int64)          # ms between oper readings (the larger of the newest and half
         #                                                the previous: an ON_CHANGE event does not make it a poll)
+        # data time of the first reading of a lane's current run of dark readings (under Config.lit_dbm), rx and
+        # tx apart; 0: lit or never read. A port shut between two state polls reads dark optics first
+        # (rules.awaiting_state)
+        self.dark_since = {m: np.zeros(L, np.int64) for m in DARK_METRICS}
         self.pf_carry = np.zeros(P, bool)              # a post-FEC alert carries this port's optical episode
         self.pf_last_ms = np.zeros(P, np.int64)        # last cycle a post-FEC finding of its own was built
         # layer-1 results, refreshed at each trend bucket close and kept until the next
@@ -717,6 +723,11 @@ class FeatureState:
         idx, ts, val = idx[new], ts[new], val[new]
         if metric in ("port_oper_up", "port_admin_up"):
             self._track_down(metric, idx, ts, val)
+        if metric in DARK_METRICS:  # runs of dark readings (NaN: no reading, leaves a run as it was)
+            since = self.dark_since[metric]
+            ok = np.isfinite(val)
+            i2, t2, dark = idx[ok], ts[ok], val[ok] < self.cfg.lit_dbm
+            since[i2] = np.where(dark, np.where(since[i2] > 0, since[i2], t2), 0)
         if metric == "optic_rx_power_dbm":  # wobble: mean |successive difference| (fiber, F22)
             ok = np.isfinite(val)
             i2, v2 = idx[ok], val[ok]
@@ -835,6 +846,7 @@ class FeatureState:
                                     "flagged": self.flagged,
                                     "down_since": self.down_since, "down_from_up": self.down_from_up,
                                     "oper_gap": self.oper_gap,
+                                    **{f"dark|{m}": v for m, v in self.dark_since.items()},
                                     "pf_carry": self.pf_carry, "pf_last_ms": self.pf_last_ms,
                                     "flap_t": self.flaps.t}
         for m, t in self.gauges.items():
