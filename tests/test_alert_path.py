@@ -22,7 +22,7 @@ from service.alerts.service import _LOCK_KEY as ALERT_LOCK
 from service.config import SettingsError, load_settings
 from service.detection.service import backtest
 from service.pipeline import run_cycle
-from tests.detection.test_live import SPEC, T0, _load
+from tests.detection.test_live import SPEC, T0, load_history
 
 BAD_SLURM = '["scontrol", "update", "NodeName={hostname}", "State=DRAIN"]'   # {hostname} is no placeholder
 MINUTE = 60_000
@@ -52,7 +52,7 @@ def test_a_failing_drain_recommendation_loses_no_alert(db: Engine, caplog: pytes
     rolled back with it, every cycle that paged raised, and no alert at all was kept (the issue's bad
     template: 35 of 66 cycles raised, 60 firing findings, 0 alerts). Now: every firing finding has its
     alert, the other host's drain is recommended, the error is on the alert's timeline and in the log."""
-    _load(db, SPEC, 75)
+    load_history(db, SPEC, 75)
     with db.begin() as conn:
         conn.execute(text("""CREATE FUNCTION fw_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN RAISE EXCEPTION 'drains of % are refused here', NEW.device; END $$"""))
@@ -128,7 +128,7 @@ def test_a_cycle_killed_between_detection_and_alerts_loses_no_finding(db: Engine
     its watermark, and the alerts never came (the finding's alert opened a cycle late, or never for a
     one-cycle finding). Now nothing of the killed cycle is kept; the next cycle re-reads its samples,
     and every firing finding stored has its alert from the cycle that stored it."""
-    _load(db, SPEC, 75)
+    load_history(db, SPEC, 75)
     times = _times(10, 75)
     first = min(f.at_ms for f in backtest(db, times[0], times[-1], MINUTE) if f.state == "firing")
     before = [t for t in times if t < first]

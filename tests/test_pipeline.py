@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import Engine, text
 
 from service.pipeline import replay_alerts, run_cycle
-from tests.detection.test_live import SPEC, T0, _load
+from tests.detection.test_live import SPEC, T0, load_history
 
 
 def _alerts(db: Engine) -> dict[str, tuple[str, str]]:
@@ -14,7 +14,7 @@ def _alerts(db: Engine) -> dict[str, tuple[str, str]]:
 
 
 def test_live_pipeline_alerts_recommends_and_equals_the_replay(db: Engine) -> None:
-    _load(db, SPEC, 75)
+    load_history(db, SPEC, 75)
     times = list(range(int(T0 * 1000) + 10 * 60_000, int(T0 * 1000) + 75 * 60_000 + 1, 60_000))
     live = [run_cycle(db, t) for t in times]
 
@@ -63,7 +63,7 @@ def test_a_finding_with_uncomputable_evidence_still_alerts(db: Engine) -> None:
 def test_a_link_that_stays_down_pages_with_its_down_time_and_peer_and_drains_the_host(db: Engine) -> None:
     spec = {**SPEC, "faults": [{"type": "flap_storm", "device": "host-p1-00001", "port": "eth1", "at": "20m",
                                 "duration": "1m", "ends": "down"}]}
-    _load(db, spec, 60)
+    load_history(db, spec, 60)
     times = list(range(int(T0 * 1000) + 10 * 60_000, int(T0 * 1000) + 60 * 60_000 + 1, 60_000))
     live = [run_cycle(db, t) for t in times]  # the live path: detector state saved and restored each cycle
     with db.connect() as conn:
