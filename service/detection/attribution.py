@@ -217,6 +217,25 @@ def device_observations(st: FeatureState, eff: dict[str, np.ndarray], hit: np.nd
     return dev_obs > 0, dev_obs, dev_hits
 
 
+def _dom_crossed(f: Features, st: FeatureState, p: int) -> list[Evidence]:
+    """What of port p's module reads beyond its own alarm thresholds now (the rule's inputs, rules.evaluate)."""
+    th, off = st.fabric.th, st.fabric.lane_off
+    out = []
+    if f.temp[p] >= th["temp_ha"][p]:
+        out.append(_ev("temperature_c", f.temp[p], None, None, "C", f"high alarm {th['temp_ha'][p]:g} C"))
+    if f.volt[p] >= th["volt_ha"][p]:
+        out.append(_ev("voltage_v", f.volt[p], None, None, "V", f"high alarm {th['volt_ha'][p]:g} V"))
+    if f.volt[p] <= th["volt_la"][p]:
+        out.append(_ev("voltage_v", f.volt[p], None, None, "V", f"low alarm {th['volt_la'][p]:g} V"))
+    for lane, i in enumerate(range(off[p], off[p + 1])):
+        if f.bias[i] >= th["bias_ha"][p]:
+            out.append(_ev("tx_bias_a", f.bias[i], None, None, "A", f"lane {lane}: high alarm {th['bias_ha'][p]:g} A"))
+        if f.tx[i] <= th["tx_la"][p]:
+            out.append(_ev("tx_power_dbm", f.tx[i], None, None, "dBm",
+                           f"lane {lane}: low alarm {th['tx_la'][p]:g} dBm"))
+    return out
+
+
 def _ev(name: str, value: float, baseline: float | None = None, cohort: float | None = None, unit: str = "",
         note: str = "") -> Evidence:
     def clean(v: float | None) -> float | None:
@@ -527,9 +546,11 @@ def _summary(b: Builder, kind: str, p: int) -> tuple[str, list[Evidence]]:
                 [_ev("log10_pre_fec_ber", f.log_ber[p], st.base["logber"].loc[p], None, "log10"),
                  _ev("pre_fec_margin_dec", f.ber_margin_dec[p], None, None, "decades")])
     if kind == "dom_threshold":
-        return (f"module DOM beyond its alarm threshold at {dev}:{port} (temperature, voltage, bias or tx)",
-                [_ev("temperature_c", f.temp[p], st.base["temp"].loc[p], None, "C"),
-                 _ev("voltage_v", f.volt[p], None, None, "V")])
+        crossed = _dom_crossed(f, st, p)
+        said = "; ".join(f"{e.feature} {e.value:g} {e.unit} ({e.note})" for e in crossed)
+        return (f"module DOM beyond its alarm threshold at {dev}:{port}: {said or 'held from an earlier poll'}",
+                crossed or [_ev("temperature_c", f.temp[p], st.base["temp"].loc[p], None, "C"),
+                            _ev("voltage_v", f.volt[p], None, None, "V")])
     if kind == "bias_drift":
         off = st.fabric.lane_off
         bd = f.bias_drift[off[p]:off[p + 1]]
