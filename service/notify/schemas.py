@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import json
 import re
 import string
 from datetime import datetime
@@ -11,6 +10,8 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from service.json_setting import json_setting
 
 Format = Literal["generic", "alertmanager", "pagerduty", "slack"]
 
@@ -154,12 +155,7 @@ class AlertmanagerSettings(BaseModel):
     @classmethod
     def _json(cls, v: Any) -> Any:
         """FABRICWATCH_ALERTMANAGER_EXTERNAL_LABELS is JSON text (the config file gives a mapping)."""
-        if isinstance(v, str):
-            try:
-                return json.loads(v) if v.strip() else {}
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"not a JSON object of label names to values: {exc}") from None
-        return v
+        return json_setting(v, expected="not a JSON object of label names to values")
 
     @model_validator(mode="after")
     def _check(self) -> AlertmanagerSettings:

@@ -15,12 +15,13 @@ This module imports nothing of the service, so `service.config` can hold its set
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from service.json_setting import json_setting
 
 # Shard names go into SQL identifiers (foreign servers, partitions): keep them plain.
 SHARD_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
@@ -45,12 +46,7 @@ class ShardSettings(BaseModel):
     @classmethod
     def _json(cls, v: Any) -> Any:
         # The environment gives a string (FABRICWATCH_SHARDS_URLS='{"a": "postgresql://..."}').
-        if isinstance(v, str):
-            try:
-                return json.loads(v) if v.strip() else {}
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"not JSON: {exc.msg} at character {exc.pos}") from None
-        return v
+        return json_setting(v, expected="not JSON")
 
     @model_validator(mode="after")
     def _consistent(self) -> ShardSettings:
