@@ -54,10 +54,15 @@ def shard_engine_for_device(control: Engine, settings: Settings, device_id: int)
     topology = topology_of(settings, control.url.render_as_string(hide_password=False))
     if topology is None:
         return None
+    shard = _shard_of_device(control, topology, device_id)
+    return None if _is_control(topology, shard) else get_engine(topology.url(shard))
+
+
+def _shard_of_device(control: Engine, topology: Topology, device_id: int) -> str:
+    """The shard of the device's pod (the default shard for a device the control database does not know)."""
     with control.connect() as conn:
         name = conn.execute(text("SELECT name FROM devices WHERE id = :i"), {"i": device_id}).scalar()
-        shard = shards_of_devices(conn, topology, [name])[name] if name is not None else topology.default
-    return None if _is_control(topology, shard) else get_engine(topology.url(shard))
+        return shards_of_devices(conn, topology, [name])[name] if name is not None else topology.default
 
 
 @dataclass
@@ -190,9 +195,7 @@ def shard_spool_for(spool_dir: Path, control: Engine, settings: Settings, device
     if topology is None:
         return spool_dir
     try:
-        with control.connect() as conn:
-            name = conn.execute(text("SELECT name FROM devices WHERE id = :i"), {"i": device_id}).scalar()
-            shard = shards_of_devices(conn, topology, [name])[name] if name is not None else topology.default
+        shard = _shard_of_device(control, topology, device_id)
     except OperationalError:
         return spool_dir  # the control database is away: every shard's writes wait in the one spool
     return spool_dir / "shards" / shard
