@@ -3,12 +3,16 @@ migrations (`alembic check`), and replicas migrating at once do it one after the
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import psycopg
 import pytest
@@ -87,3 +91,56 @@ def test_replicas_upgrading_at_once_migrate_once(missing_db: str) -> None:
     assert sum("created database" in o for o in outs) == 1, outs
     # they did overlap: the second found the first migrating and waited (the race this test is about)
     assert sum("waiting for another process's schema migration" in o for o in outs) == 1, outs
+
+
+def _role_sql(role: str) -> str:
+    """The role-creating statement migration 0150 runs, for `role` (no table grants: an empty test database)."""
+    spec = importlib.util.spec_from_file_location(
+        "m0150", REPO / "migrations" / "versions" / "0150_grafana_read_only_role.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.ROLE, mod.TABLES = role, ()
+    executed: list[str] = []
+    mod.op = SimpleNamespace(execute=executed.append)
+    mod.upgrade()
+    return executed[0]
+
+
+def test_two_databases_creating_the_grafana_role_at_once(server_url: str) -> None:
+    """Roles belong to the cluster and the migration lock to one database: two databases migrated at once both
+    find the role absent. The second CREATE ROLE waits for the first and must then find it made, not fail
+    (it failed the detection bench's parallel scratch databases on a fresh server: duplicate key in pg_authid)."""
+    role = f"fw_race_{uuid.uuid4().hex[:8]}"
+    sql = _role_sql(role)
+    url = _admin_url(server_url)
+    errors: list[BaseException] = []
+    with psycopg.connect(url) as first, psycopg.connect(url, autocommit=True) as second:
+        try:
+            first.execute(sql)  # role created, not committed yet
+            pid = second.info.backend_pid
+
+            def run_second() -> None:
+                try:
+                    second.execute(sql)
+                except BaseException as exc:  # reported by the assertion below
+                    errors.append(exc)
+
+            t = threading.Thread(target=run_second)
+            t.start()
+            with psycopg.connect(url, autocommit=True) as watch:
+                for _ in range(200):  # until the second waits on the first's uncommitted role
+                    if watch.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                                     (pid,)).fetchone() == ("Lock",):
+                        break
+                    time.sleep(0.05)
+                else:
+                    pytest.fail("the second CREATE ROLE never waited for the first")
+            first.commit()
+            t.join(30)
+            assert not t.is_alive() and errors == []
+        finally:
+            first.rollback()
+            with psycopg.connect(url, autocommit=True) as admin:
+                admin.execute(f"DROP OWNED BY {role}")
+                admin.execute(f"DROP ROLE IF EXISTS {role}")

@@ -10,7 +10,9 @@ runs every panel as this role, so a missing grant fails there).
 
 The role is created NOLOGIN when absent (roles are per cluster: it may exist already, created with
 a password by docker-compose's PostgreSQL init script or by an operator, see docs/dashboards.md).
-A migrating user without CREATEROLE gets a notice and no role; the grants then wait for a rerun.
+A migrating user without CREATEROLE gets a notice and no role; the grants then wait for a rerun. Two
+databases of one cluster migrated at once may both find the role absent: the second CREATE ROLE then
+waits for the first and finds it made (roles are per cluster; the migration lock is per database).
 
 Revision ID: 0150
 Revises: 0140
@@ -42,7 +44,11 @@ BEGIN
       RAISE NOTICE 'role {ROLE} not created: % may not create roles (docs/dashboards.md)', current_user;
       RETURN;
     END IF;
-    CREATE ROLE {ROLE} NOLOGIN;
+    BEGIN
+      CREATE ROLE {ROLE} NOLOGIN;
+    EXCEPTION WHEN duplicate_object OR unique_violation THEN
+      NULL;  -- created meanwhile by a migration of another database of this cluster
+    END;
   END IF;
   EXECUTE format('GRANT CONNECT ON DATABASE %I TO {ROLE}', current_database());
   GRANT USAGE ON SCHEMA public TO {ROLE};
