@@ -51,6 +51,8 @@ class Topology(BaseModel):
     nodes: list[TopologyNode]
     edges: list[TopologyEdge]
     pods: list[PodHealth]
+    missing_pods: list[str] = Field(description="pods of the shards that did not answer (the "
+                                    "X-Fabricwatch-Missing-Pods header); empty when the answer is whole")
 
 
 class DeviceCounts(BaseModel):
@@ -100,3 +102,5 @@ class Summary(BaseModel):
     device_health: dict[Health, int]
     link_health: dict[Health, int]
     worst_links: list[WorstLink]
+    missing_pods: list[str] = Field(description="pods of the shards that did not answer (the "
+                                    "X-Fabricwatch-Missing-Pods header); empty when the answer is whole")

@@ -53,13 +53,39 @@ WHERE s.metric = ANY(:metrics) AND s.port_id IS NOT NULL AND x.prev IS NOT NULL 
 """
 
 
-def port_states(conn: Connection, pod: str | None = None, errors: bool = False) -> dict[int, str]:
-    """Per port id: 'down', 'warning' (errors rising; only with errors=True) or 'ok', from the latest samples."""
+# Across shards (service/shards/fleet.py): the same from the shards' newest two samples per series, through
+# the fleet tables, for the pods `:pods` (the shards that answered). Pods are '' for pod-less devices there.
+_FLEET_LATEST = ("SELECT pod, series_id, port_id, rn, value FROM fleet.latest WHERE pod = ANY(:pods) "
+                 "AND metric = ANY(:metrics) AND port_id IS NOT NULL")
+_FLEET_OPER_SQL = f"SELECT port_id, value FROM ({_FLEET_LATEST}) x WHERE rn = 1"
+_FLEET_ERRORS_SQL = f"""
+SELECT DISTINCT port_id FROM ({_FLEET_LATEST}) x GROUP BY pod, series_id, port_id
+HAVING max(value) FILTER (WHERE rn = 2) IS NOT NULL
+   AND max(value) FILTER (WHERE rn = 1) <> max(value) FILTER (WHERE rn = 2)
+"""
+
+
+def _fleet_pods(fleet_pods: list[str], pod: str | None) -> list[str]:
+    return [p for p in fleet_pods if pod is None or p == pod]
+
+
+def port_states(conn: Connection, pod: str | None = None, errors: bool = False,
+                fleet_pods: list[str] | None = None) -> dict[int, str]:
+    """Per port id: 'down', 'warning' (errors rising; only with errors=True) or 'ok', from the latest samples.
+    `fleet_pods`: read across shards, from these pods' shards (sharded deployments)."""
     out: dict[int, str] = {}
-    for pid, value in conn.execute(text(_OPER_SQL), {"pod": pod}).all():
+    if fleet_pods is not None:
+        pods = _fleet_pods(fleet_pods, pod)
+        oper = conn.execute(text(_FLEET_OPER_SQL), {"pods": pods, "metrics": ["port_oper_up"]}).all()
+    else:
+        oper = conn.execute(text(_OPER_SQL), {"pod": pod}).all()
+    for pid, value in oper:
         out[pid] = "ok" if value is not None and value >= 0.5 else "down"
     if errors:
-        for (pid,) in conn.execute(text(_ERRORS_SQL), {"pod": pod, "metrics": list(ERROR_METRICS)}).all():
+        rising = conn.execute(text(_FLEET_ERRORS_SQL), {"pods": pods, "metrics": list(ERROR_METRICS)}).all() \
+            if fleet_pods is not None else \
+            conn.execute(text(_ERRORS_SQL), {"pod": pod, "metrics": list(ERROR_METRICS)}).all()
+        for (pid,) in rising:
             if out.get(pid) != "down":
                 out[pid] = "warning"
     return out
@@ -96,10 +122,12 @@ ORDER BY l.id
 """
 
 
-def topology(conn: Connection, *, pod: str | None = None, hosts: bool = True) -> dict[str, Any]:
-    """Nodes (devices with role, pod, rail, health) and edges (links with health and reasons)."""
+def topology(conn: Connection, *, pod: str | None = None, hosts: bool = True,
+             fleet_pods: list[str] | None = None) -> dict[str, Any]:
+    """Nodes (devices with role, pod, rail, health) and edges (links with health and reasons).
+    `fleet_pods`: port states read across shards, from these pods' shards."""
     alerts = open_alerts(conn, None)
-    ports = port_states(conn, pod, errors=alerts is None)
+    ports = port_states(conn, pod, errors=alerts is None, fleet_pods=fleet_pods)
     nodes = {r.name: {"id": r.name, "kind": r.kind, "role": r.role, "pod": r.pod, "rack": r.rack, "rail": None,
                       "health": "unknown", "alerts": 0, "reasons": []}
              for r in conn.execute(text(_NODES_SQL), {"pod": pod}).all()}
@@ -174,14 +202,21 @@ WHERE s.metric = 'optic_rx_power_dbm' AND o.thresholds -> 'rx_power_dbm' ? 'low_
   AND x.value <> CAST('NaN' AS float8)  -- NaN readings carry no margin
 GROUP BY s.port_id
 """
+_FLEET_RX_MARGIN_SQL = f"""
+SELECT x.port_id, min(x.value - CAST(o.thresholds -> 'rx_power_dbm' ->> 'low_warning' AS float8)) AS margin
+FROM ({_FLEET_LATEST}) x JOIN optics o ON o.port_id = x.port_id
+WHERE x.rn = 1 AND o.thresholds -> 'rx_power_dbm' ? 'low_warning' AND x.value <> CAST('NaN' AS float8)
+GROUP BY x.port_id
+"""
 
 
 def _counts(conn: Connection, sql: str) -> dict[str, int]:
     return {str(k): int(v) for k, v in conn.execute(text(sql)).all()}
 
 
-def summary(conn: Connection, *, worst_n: int = 10) -> dict[str, Any]:
-    """Counts, target states, alerts by severity and state, drains, open incidents, and the worst links."""
+def summary(conn: Connection, *, worst_n: int = 10, fleet_pods: list[str] | None = None) -> dict[str, Any]:
+    """Counts, target states, alerts by severity and state, drains, open incidents, and the worst links.
+    `fleet_pods`: telemetry (port states, Rx margins) read across shards, from these pods' shards."""
     out: dict[str, Any] = {
         "devices": {"total": conn.execute(text("SELECT count(*) FROM devices")).scalar_one(),
                     "by_role": _counts(conn, "SELECT role, count(*) FROM devices GROUP BY role")},
@@ -216,17 +251,20 @@ def summary(conn: Connection, *, worst_n: int = 10) -> dict[str, Any]:
             "SELECT count(*) FROM incidents WHERE closed_at IS NULL")).scalar_one()}
     else:
         out["incidents"] = {"available": False, "open": 0}
-    topo = topology(conn)
+    topo = topology(conn, fleet_pods=fleet_pods)
     out["health_source"] = topo["health_source"]
     out["device_health"] = dict(Counter(n["health"] for n in topo["nodes"]))
     out["link_health"] = dict(Counter(e["health"] for e in topo["edges"]))
-    out["worst_links"] = worst_links(conn, topo["edges"], worst_n)
+    out["worst_links"] = worst_links(conn, topo["edges"], worst_n, fleet_pods)
     return out
 
 
-def worst_links(conn: Connection, edges: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+def worst_links(conn: Connection, edges: list[dict[str, Any]], n: int,
+                fleet_pods: list[str] | None = None) -> list[dict[str, Any]]:
     """Links ranked by health, then by the smallest Rx margin to low-warning at either end."""
-    margin: dict[int, float] = {pid: m for pid, m in conn.execute(text(_RX_MARGIN_SQL)).all()}
+    margins = conn.execute(text(_FLEET_RX_MARGIN_SQL), {"pods": fleet_pods, "metrics": ["optic_rx_power_dbm"]}) \
+        if fleet_pods is not None else conn.execute(text(_RX_MARGIN_SQL))
+    margin: dict[int, float] = {pid: m for pid, m in margins.all()}
     port_ids: dict[int, tuple[int, int]] = {
         lid: (a, b) for lid, a, b in conn.execute(text("SELECT id, a_port_id, b_port_id FROM links")).all()}
     ranked = []

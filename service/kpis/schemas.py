@@ -45,6 +45,8 @@ class KpiRead(BaseModel):
     congestion: list[CongestionPoint]
     availability: list[AvailabilityPoint]
     worst_ports: dict[str, list[RankedPort]] = Field(description="per congestion KPI, the top ports")
+    missing_pods: list[str] = Field(description="pods of the shards that did not answer (the "
+                                    "X-Fabricwatch-Missing-Pods header); empty when the answer is whole")
 
 
 class RecoveryRead(BaseModel):

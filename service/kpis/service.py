@@ -22,7 +22,8 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from service.telemetry.store import merged_between, stage_chunks
+from service.shards.topology import Topology
+from service.telemetry.store import STAGE_TABLE, merged_between, stage_chunks
 
 
 class Scope(StrEnum):
@@ -60,6 +61,10 @@ LEFT JOIN devices pd ON pd.id = pp.device_id
 # Rows and blocks, and the compressed chunks `_stage` decoded for the range (service/telemetry/store.py).
 _LO, _HI = "CAST(:start AS timestamptz) - make_interval(secs => :max_gap)", "CAST(:end AS timestamptz)"
 _MERGED = merged_between(_LO, _HI)
+# Across shards every sample of the range is staged (service/shards/fleet.py:stage_port_series), keyed by
+# the staged series' ids: the same SQL then reads the stage alone, and `sel` the staged series.
+_FLEET_STAGED = f"(SELECT series_id, ts, value FROM {STAGE_TABLE} WHERE ts >= {_LO} AND ts <= {_HI})"
+_FLEET_SELECTED = "fleet_selected"  # service.shards.fleet.SELECTED (not imported: shards import telemetry)
 _RAW_SOURCE = f"""
 SELECT series_id, ts, dt,
        CASE WHEN v = 'NaN' OR pv = 'NaN' THEN NULL
@@ -107,10 +112,10 @@ def pick_source(step_s: float) -> IntervalSource:
     return fitting[-1] if fitting else RAW
 
 
-def _base(metrics: Sequence[str], scope: Scope, source: IntervalSource) -> str:
+def _base(metrics: Sequence[str], scope: Scope, source: IntervalSource, fleet: bool = False) -> str:
     return f"""
 WITH members AS ({_MEMBERS_SQL.format(group=_GROUP_SQL[scope])}),
-sel AS (SELECT s.id, s.metric, s.port_id, s.counter_bits, s.saturating FROM series s
+sel AS (SELECT s.id, s.metric, s.port_id, s.counter_bits, s.saturating FROM {_FLEET_SELECTED if fleet else 'series'} s
         WHERE s.metric IN ({', '.join(f"'{m}'" for m in metrics)}) AND s.port_id IS NOT NULL),
 iv AS (SELECT i.*, sel.port_id, sel.metric,
               to_timestamp(floor(extract(epoch FROM i.ts - make_interval(secs => 0.001)) / :step) * :step) AS bucket
@@ -145,12 +150,15 @@ class KpiReport:
     congestion: list[KpiPoint] = field(default_factory=list)
     availability: list[KpiPoint] = field(default_factory=list)
     worst_ports: dict[str, list[RankedPort]] = field(default_factory=dict)
+    missing_pods: list[str] = field(default_factory=list)  # across shards: pods of shards that did not answer
 
 
 def _stage(conn: Connection, sql: str, metrics: Sequence[str], source: IntervalSource, start: datetime,
-           end: datetime, max_gap_s: float) -> str:
+           end: datetime, max_gap_s: float, fleet: bool = False) -> str:
     """Raw intervals come from compressed chunks too: decode those of these metrics' port series in range;
-    `sql` reading rows and blocks alone when there were none."""
+    `sql` reading rows and blocks alone when there were none. `fleet`: the samples are staged already."""
+    if fleet:
+        return sql.replace(_MERGED, _FLEET_STAGED)
     if source is not RAW:
         return sql
     sids = conn.execute(text("SELECT id FROM series WHERE metric = ANY(:m) AND port_id IS NOT NULL"),
@@ -164,17 +172,17 @@ def _params(start: datetime, end: datetime, step_s: float, max_gap_s: float) -> 
 
 
 def utilization(*, conn: Connection, scope: Scope, start: datetime, end: datetime, step_s: float,
-                max_gap_s: float = 900.0) -> list[KpiPoint]:
+                max_gap_s: float = 900.0, fleet: bool = False) -> list[KpiPoint]:
     """Per group and bucket: mean (bytes*8 over capacity*time), peak and p95 of per-interval port utilization."""
-    src = pick_source(step_s)
-    sql = _base(["port_tx_bytes_total"], scope, src) + """
+    src = RAW if fleet else pick_source(step_s)
+    sql = _base(["port_tx_bytes_total"], scope, src, fleet) + """
 , u AS (SELECT m.grp, iv.bucket, iv.d * 8 AS bits, iv.dt * m.speed_bps AS cap, iv.d * 8 / (iv.dt * m.speed_bps) AS util
         FROM iv JOIN members m ON m.port_id = iv.port_id
         WHERE iv.d IS NOT NULL AND m.speed_bps > 0 AND m.grp IS NOT NULL)
 SELECT grp, bucket, sum(bits) / sum(cap) AS mean, max(util) AS peak,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY util) AS p95, count(*) AS intervals
 FROM u GROUP BY grp, bucket ORDER BY grp, bucket"""
-    sql = _stage(conn, sql, ["port_tx_bytes_total"], src, start, end, max_gap_s)
+    sql = _stage(conn, sql, ["port_tx_bytes_total"], src, start, end, max_gap_s, fleet)
     rows = conn.execute(text(sql), _params(start, end, step_s, max_gap_s)).all()
     return [KpiPoint(r.grp, r.bucket, {"utilization_mean": r.mean, "utilization_peak": r.peak,
                                        "utilization_p95": r.p95, "intervals": r.intervals}) for r in rows]
@@ -191,13 +199,13 @@ _CONGESTION = {
 
 
 def congestion(*, conn: Connection, scope: Scope, start: datetime, end: datetime, step_s: float,
-               max_gap_s: float = 900.0) -> list[KpiPoint]:
+               max_gap_s: float = 900.0, fleet: bool = False) -> list[KpiPoint]:
     """Per group and bucket: PFC pause frame rates, pause duty (paused seconds / port-seconds), ECN and CNP rates.
 
     Rates are per port (the group's summed increase over its port-seconds); priorities of one port add up.
     """
-    src = pick_source(step_s)
-    sql = _base(list(_CONGESTION), scope, src) + """
+    src = RAW if fleet else pick_source(step_s)
+    sql = _base(list(_CONGESTION), scope, src, fleet) + """
 , per_port AS (  -- one row per port interval: priorities summed, time counted once
   SELECT m.grp, iv.bucket, iv.metric AS metric, iv.port_id, iv.ts, max(iv.dt) AS dt, sum(iv.d) AS d
   FROM iv JOIN members m ON m.port_id = iv.port_id
@@ -206,17 +214,17 @@ def congestion(*, conn: Connection, scope: Scope, start: datetime, end: datetime
 SELECT grp, bucket, metric, sum(d) / sum(dt) AS rate FROM per_port GROUP BY grp, bucket, metric
 ORDER BY grp, bucket"""
     out: dict[tuple[str, datetime], dict[str, float | None]] = {}
-    sql = _stage(conn, sql, list(_CONGESTION), src, start, end, max_gap_s)
+    sql = _stage(conn, sql, list(_CONGESTION), src, start, end, max_gap_s, fleet)
     for r in conn.execute(text(sql), _params(start, end, step_s, max_gap_s)):
         out.setdefault((r.grp, r.bucket), {v: None for v in _CONGESTION.values()})[_CONGESTION[r.metric]] = r.rate
     return [KpiPoint(g, b, v) for (g, b), v in sorted(out.items())]
 
 
 def worst_ports(*, conn: Connection, scope: Scope, start: datetime, end: datetime, top: int = 10,
-                max_gap_s: float = 900.0) -> dict[str, list[RankedPort]]:
+                max_gap_s: float = 900.0, fleet: bool = False) -> dict[str, list[RankedPort]]:
     """The ports with the highest pause duty, pause rate, ECN and CNP rate over the whole range."""
     step = max((end - start).total_seconds(), 1.0)
-    sql = _base(list(_CONGESTION), scope, RAW) + """
+    sql = _base(list(_CONGESTION), scope, RAW, fleet) + """
 , per_port AS (
   SELECT iv.metric AS metric, iv.port_id, iv.ts, max(iv.dt) AS dt, sum(iv.d) AS d
   FROM iv WHERE iv.d IS NOT NULL GROUP BY 1, iv.port_id, iv.ts),
@@ -227,20 +235,20 @@ SELECT r.metric, r.rate, m.device, m.port, m.grp FROM ranked r JOIN members m ON
 WHERE rn <= :top ORDER BY r.metric, rn"""
     params = _params(start, end, step, max_gap_s) | {"top": top}
     out: dict[str, list[RankedPort]] = {v: [] for v in _CONGESTION.values()}
-    sql = _stage(conn, sql, list(_CONGESTION), RAW, start, end, max_gap_s)
+    sql = _stage(conn, sql, list(_CONGESTION), RAW, start, end, max_gap_s, fleet)
     for r in conn.execute(text(sql), params):
         out[_CONGESTION[r.metric]].append(RankedPort(r.device, r.port, r.grp or "", r.rate))
     return out
 
 
 def availability(*, conn: Connection, scope: Scope, start: datetime, end: datetime, step_s: float,
-                 max_gap_s: float = 900.0) -> list[KpiPoint]:
+                 max_gap_s: float = 900.0, fleet: bool = False) -> list[KpiPoint]:
     """Per group and bucket: fraction of observed port-time oper up, and link flaps (link-down increases).
 
     An interval (previous sample, sample] counts as up when the sample at its end reads up.
     """
-    src = pick_source(step_s)
-    sql = _base(["port_oper_up", "port_link_down_events_total"], scope, src) + """
+    src = RAW if fleet else pick_source(step_s)
+    sql = _base(["port_oper_up", "port_link_down_events_total"], scope, src, fleet) + """
 , x AS (SELECT m.grp, iv.bucket, iv.metric AS metric, iv.dt, iv.d, iv.v
         FROM iv JOIN members m ON m.port_id = iv.port_id WHERE m.grp IS NOT NULL)
 SELECT grp, bucket,
@@ -248,7 +256,7 @@ SELECT grp, bucket,
          / NULLIF(sum(dt) FILTER (WHERE metric = 'port_oper_up' AND v <> 'NaN'), 0) AS up,
        sum(d) FILTER (WHERE metric = 'port_link_down_events_total') AS flaps
 FROM x GROUP BY grp, bucket ORDER BY grp, bucket"""
-    sql = _stage(conn, sql, ["port_oper_up", "port_link_down_events_total"], src, start, end, max_gap_s)
+    sql = _stage(conn, sql, ["port_oper_up", "port_link_down_events_total"], src, start, end, max_gap_s, fleet)
     rows = conn.execute(text(sql), _params(start, end, step_s, max_gap_s)).all()
     return [KpiPoint(r.grp, r.bucket, {"availability": r.up, "flaps": r.flaps}) for r in rows]
 
@@ -262,14 +270,34 @@ def group_labels(*, conn: Connection, scope: Scope) -> dict[str, str]:
 
 
 def fabric_kpis(*, conn: Connection, scope: Scope, start: datetime, end: datetime, step_s: float,
-                top: int = 10, max_gap_s: float = 900.0) -> KpiReport:
-    """Every telemetry KPI of one scope over [start, end] in buckets of step_s."""
-    kw: dict[str, Any] = {"conn": conn, "scope": scope, "start": start, "end": end, "max_gap_s": max_gap_s}
-    return KpiReport(
-        scope=scope.value, start=start, end=end, step_s=step_s, source=pick_source(step_s).name,
-        labels=group_labels(conn=conn, scope=scope),
-        utilization=utilization(step_s=step_s, **kw), congestion=congestion(step_s=step_s, **kw),
-        availability=availability(step_s=step_s, **kw), worst_ports=worst_ports(top=top, **kw))
+                top: int = 10, max_gap_s: float = 900.0, topology: Topology | None = None) -> KpiReport:
+    """Every telemetry KPI of one scope over [start, end] in buckets of step_s. With a sharded `topology`,
+    across the shards that answer: the samples of the range come through the fleet tables (pod and time
+    conditions sent to each shard) into this transaction's stage, the same SQL aggregates them here, and
+    the report names the pods of the shards that did not answer (`missing_pods`)."""
+    def build(fleet: bool) -> KpiReport:
+        kw: dict[str, Any] = {"conn": conn, "scope": scope, "start": start, "end": end, "max_gap_s": max_gap_s,
+                              "fleet": fleet}
+        return KpiReport(
+            scope=scope.value, start=start, end=end, step_s=step_s, source=RAW.name if fleet else
+            pick_source(step_s).name, labels=group_labels(conn=conn, scope=scope),
+            utilization=utilization(step_s=step_s, **kw), congestion=congestion(step_s=step_s, **kw),
+            availability=availability(step_s=step_s, **kw), worst_ports=worst_ports(top=top, **kw))
+
+    if topology is None or not topology.sharded:
+        return build(False)
+    from service.shards.fleet import read_fleet, stage_port_series
+
+    def read(pods: list[str], pod_shard: dict[str, str]) -> KpiReport:
+        stage_port_series(conn, pods, pod_shard, KPI_METRICS, start - timedelta(seconds=max_gap_s), end)
+        return build(True)
+
+    rep, seen = read_fleet(conn, topology, read)
+    rep.missing_pods = seen.missing_shown
+    return rep
+
+
+KPI_METRICS = ["port_tx_bytes_total", *_CONGESTION, "port_oper_up", "port_link_down_events_total"]
 
 
 # --- fault recovery times ----------------------------------------------------------------------

@@ -10,9 +10,10 @@ without trying for RECHECK_S. What they hold is named (`Reach.missing`), never p
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import psycopg
@@ -22,9 +23,19 @@ from sqlalchemy.exc import DBAPIError
 from service.shards.setup import FLEET_SCHEMA
 from service.shards.topology import NO_POD, Topology, probe
 from service.telemetry import catalogue
+from service.telemetry.copy_format import HEADER, TRAILER, pack_rows_us
 from service.telemetry.counters import rates
-from service.telemetry.service import SeriesResult, _bucket_gauge, _bucket_rates
-from service.telemetry.store import Samples, _decoded, copy_rows_and_chunks, merge
+from service.telemetry.readcache import Contributions, Mark, from_rows
+from service.telemetry.rollups import Level
+from service.telemetry.service import (
+    RollupReaders,
+    SeriesResult,
+    _bucket_gauge,
+    _bucket_rates,
+    _pick_level,
+    _query_rollups,
+)
+from service.telemetry.store import STAGE_TABLE, Samples, _decoded, copy_rows_and_chunks, merge
 
 MISSING_HEADER = "X-Fabricwatch-Missing-Pods"
 RECHECK_S = 5.0  # a shard found down is left out of reads this long before it is tried again
@@ -154,34 +165,25 @@ def read_fleet_samples(conn: Connection, found: list[Any], pod_shard: dict[str, 
     return merge(_decoded(chunks, lo, hi), plain)[0]
 
 
-def query_series(*, conn: Connection, topology: Topology, metric: str, start: datetime, end: datetime,
-                 device: str | None = None, port: str | None = None, lane: int | None = None,
-                 priority: int | None = None, gpu: int | None = None, step_s: float | None = None,
-                 raw: bool = False, max_series: int = 1000) -> tuple[list[SeriesResult], Reach]:
-    """`/api/v1/series` over every shard that answers: raw samples (rows, blocks, chunks; rollups are not
-    read across shards yet), counters as per-second rates. Returns the series and who was missing."""
-    mdef = catalogue.get(metric)
-    if mdef is None:
-        raise KeyError(metric)
+T = TypeVar("T")
+
+
+def read_fleet(conn: Connection, topology: Topology, read: Callable[[list[str], dict[str, str]], T],
+               asked: set[str] | None = None) -> tuple[T, Reach]:
+    """Run `read(pods, pod_shard)` over the shards that answer, and say who was missing.
+
+    Optimistic: every shard answers but those found down in the last RECHECK_S (no connection of our own
+    per read). A read that fails asks each shard, then goes again (after a rollback) without the ones down;
+    a second failure is raised. `asked`: the pods the answer can hold (None: every pod); only those count
+    as missing."""
     pod_shard = pod_map(conn)
-    # Optimistic: every shard answers but those found down in the last RECHECK_S (no connection of our own
-    # per read). A query that fails asks each shard, then goes again without the ones down; a second failure
-    # is raised.
     now = time.monotonic()
     recent = {s: why for s, (until, why) in _DOWN.items() if until > now and s in topology.shards}
     seen = Reach(sorted(p for p, s in pod_shard.items() if s not in recent),
                  sorted(p for p, s in pod_shard.items() if s in recent), recent)
-    asked: set[str] | None = None  # one device: only its pod's shard is asked (the inventory is here)
-    if device is not None:
-        asked = set(conn.execute(text("SELECT coalesce(pod, '') FROM devices WHERE name = :d"),
-                                 {"d": device}).scalars())
     for attempt in (1, 2):
         try:
-            pods = [p for p in seen.live if asked is None or p in asked]
-            found = conn.execute(text(_FLEET_SERIES_SQL), {
-                "pods": pods, "metric": metric, "device": device, "port": port, "lane": lane,
-                "priority": priority, "gpu": gpu, "limit": max_series}).all() if pods else []
-            got = read_fleet_samples(conn, found, pod_shard, start, end)
+            got = read([p for p in seen.live if asked is None or p in asked], pod_shard)
             break
         except (DBAPIError, psycopg.Error):
             conn.rollback()
@@ -189,25 +191,161 @@ def query_series(*, conn: Connection, topology: Topology, metric: str, start: da
                 raise
             seen = reach(conn, topology)
             _DOWN.update({s: (time.monotonic() + RECHECK_S, why) for s, why in seen.down.items()})
-    is_counter = mdef.kind is catalogue.Kind.COUNTER and not raw
-    cuts = np.searchsorted(got.sid, np.arange(len(found)), side="left").tolist()
-    ends = np.searchsorted(got.sid, np.arange(len(found)), side="right").tolist()
-    out = []
-    for i, r in enumerate(found):
-        ts = got.ts_ms[cuts[i]:ends[i]].tolist()
-        vals = got.value[cuts[i]:ends[i]].tolist()
-        if is_counter:
-            per_s = rates(ts, vals, bits=r.counter_bits, saturating=r.saturating)
-            points = _bucket_rates(ts, per_s, step_s) if step_s else list(zip(ts[1:], per_s[1:], strict=True))
-        else:
-            points = list(zip(ts, vals, strict=True))
-            if step_s:
-                points = _bucket_gauge(points, step_s)
-        out.append(SeriesResult(r.metric, r.device, r.port, r.lane, r.priority, r.gpu, mdef.kind.value,
-                                "1/s" if is_counter else mdef.unit, points))
-    if asked is not None:  # only what this answer could have held counts as missing
+    if asked is not None:
         seen = Reach(seen.live, [p for p in seen.missing if p in asked], seen.down)
-    return out, seen
+    return got, seen
 
 
-__all__ = ["MISSING_HEADER", "NO_POD", "Reach", "query_series", "reach", "read_fleet_samples", "rows_sql"]
+# --- rollups -----------------------------------------------------------------------------------------
+
+def fleet_marks(conn: Connection, pods: list[str]) -> dict[str, Mark]:
+    """Each level's watermark across the shards of these pods: the earliest, since rollup rows before it
+    are final on every one of them; a level that one of them lacks is absent (its rows are not read)."""
+    if not pods:
+        return {}
+    rows = conn.execute(text(f"SELECT level, min(done_until), bool_or(done_until IS NULL) "
+                             f"FROM {FLEET_SCHEMA}.rollup_marks WHERE pod = ANY(:pods) GROUP BY level"),
+                        {"pods": pods}).all()
+    return {level: Mark(done, ()) for level, done, lacking in rows if done is not None and not lacking}
+
+
+def _keys(found: list[Any]) -> dict[str, Any]:
+    return {"kp": [r.pod for r in found], "ks": [r.series_id for r in found], "ki": list(range(len(found)))}
+
+
+_KEYS = ("JOIN unnest(CAST(:kp AS text[]), CAST(:ks AS int[]), CAST(:ki AS int[])) AS k(kpod, ksid, idx) "
+         "ON k.kpod = t.pod AND k.ksid = t.series_id")
+
+
+def rollup_sql(table: str, which: str) -> str:
+    """Rollup rows of the series `which` names, in [lo, hi), as (index, bucket ms, n, avg, increase,
+    covered_s) sorted by index and bucket: readcache.from_rows' shape. Every condition on `t` goes to the
+    shard (asserted in tests/shards/test_fleet_reads.py)."""
+    return (f"SELECT k.idx, (extract(epoch FROM t.bucket) * 1000)::bigint, t.n, t.avg, t.increase, t.covered_s "
+            f"FROM {FLEET_SCHEMA}.{table} t {_KEYS} WHERE {which} AND t.bucket >= :lo AND t.bucket < :hi "
+            f"ORDER BY k.idx, t.bucket")
+
+
+def _readers(found: list[Any], pod_shard: dict[str, str], pods: list[str]) -> RollupReaders:
+    """`_query_rollups`' readers over the fleet tables; series are keyed by their index in `found`."""
+    def marks(conn: Connection) -> dict[str, Mark]:
+        return fleet_marks(conn, sorted({r.pod for r in found} & set(pods)))
+
+    def contributions(conn: Connection, level: Level, mark: Mark, idx: list[int], lo: datetime, hi: datetime,
+                      is_counter: bool) -> dict[int, Contributions]:
+        if lo >= hi or not idx:
+            return dict.fromkeys(idx, Contributions.empty())
+        some = [found[i] for i in idx]
+        which, params = _which(some, pod_shard)
+        rows = conn.execute(text(rollup_sql(level.table, which)),
+                            params | _keys(found) | {"lo": lo, "hi": hi}).all()
+        wanted = set(idx)
+        return from_rows([r for r in rows if r[0] in wanted], idx, is_counter)
+
+    def per_series(conn: Connection, idx: list[int], lo: datetime, hi: datetime
+                   ) -> dict[int, tuple[list[int], list[float]]]:
+        got = read_fleet_samples(conn, found, pod_shard, lo, hi)
+        cuts = np.searchsorted(got.sid, idx, side="left").tolist()
+        ends = np.searchsorted(got.sid, idx, side="right").tolist()
+        return {i: (got.ts_ms[cuts[k]:ends[k]].tolist(), got.value[cuts[k]:ends[k]].tolist())
+                for k, i in enumerate(idx)}
+
+    return marks, contributions, per_series
+
+
+def query_series(*, conn: Connection, topology: Topology, metric: str, start: datetime, end: datetime,
+                 device: str | None = None, port: str | None = None, lane: int | None = None,
+                 priority: int | None = None, gpu: int | None = None, step_s: float | None = None,
+                 raw: bool = False, max_series: int = 1000,
+                 level_after_s: tuple[float, float] | None = None) -> tuple[list[SeriesResult], Reach]:
+    """`/api/v1/series` over every shard that answers, as on one server: raw samples (rows, blocks, chunks)
+    for short ranges, the shards' rollups before their watermarks for long ones (`level_after_s`, default
+    from settings), counters as per-second rates. Returns the series and who was missing."""
+    mdef = catalogue.get(metric)
+    if mdef is None:
+        raise KeyError(metric)
+    asked: set[str] | None = None  # one device: only its pod's shard is asked (the inventory is here)
+    if device is not None:
+        asked = set(conn.execute(text("SELECT coalesce(pod, '') FROM devices WHERE name = :d"),
+                                 {"d": device}).scalars())
+    is_counter = mdef.kind is catalogue.Kind.COUNTER and not raw
+    level = None if raw else _pick_level(end - start, step_s, level_after_s)
+
+    def read(pods: list[str], pod_shard: dict[str, str]) -> list[SeriesResult]:
+        found = conn.execute(text(_FLEET_SERIES_SQL), {
+            "pods": pods, "metric": metric, "device": device, "port": port, "lane": lane,
+            "priority": priority, "gpu": gpu, "limit": max_series}).all() if pods else []
+        if level is not None:
+            keyed = [(i, *r[2:10]) for i, r in enumerate(found)]  # the index stands in for the series id
+            return _query_rollups(conn, level, mdef, keyed, start, end, step_s, is_counter,
+                                  readers=_readers(found, pod_shard, pods))
+        got = read_fleet_samples(conn, found, pod_shard, start, end)
+        cuts = np.searchsorted(got.sid, np.arange(len(found)), side="left").tolist()
+        ends = np.searchsorted(got.sid, np.arange(len(found)), side="right").tolist()
+        out = []
+        for i, r in enumerate(found):
+            ts = got.ts_ms[cuts[i]:ends[i]].tolist()
+            vals = got.value[cuts[i]:ends[i]].tolist()
+            if is_counter:
+                per_s = rates(ts, vals, bits=r.counter_bits, saturating=r.saturating)
+                points = _bucket_rates(ts, per_s, step_s) if step_s else list(zip(ts[1:], per_s[1:], strict=True))
+            else:
+                points = list(zip(ts, vals, strict=True))
+                if step_s:
+                    points = _bucket_gauge(points, step_s)
+            out.append(SeriesResult(r.metric, r.device, r.port, r.lane, r.priority, r.gpu, mdef.kind.value,
+                                    "1/s" if is_counter else mdef.unit, points))
+        return out
+
+    return read_fleet(conn, topology, read, asked)
+
+
+# --- SQL readers on the control side (KPIs) ----------------------------------------------------------
+
+SELECTED = "fleet_selected"  # temp table: the staged series, `id` their index (stands in for series.id)
+
+
+def stage_port_series(conn: Connection, pods: list[str], pod_shard: dict[str, str], metrics: list[str],
+                      lo: datetime, hi: datetime) -> int:
+    """For SQL that reads `series` and samples on one server (the KPIs): the port series of these metrics
+    on these pods into temp table `fleet_selected` (id, metric, port_id, counter_bits, saturating), and
+    their samples in [lo, hi] (rows, blocks and chunks, one fleet read) into store's `chunk_samples`,
+    keyed by that id. Both are emptied first and at commit. Returns the samples staged."""
+    raw = conn.connection.driver_connection
+    with raw.cursor() as cur:  # type: ignore[union-attr]
+        cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {SELECTED} (id int PRIMARY KEY, metric text NOT NULL, "
+                    f"port_id int NOT NULL, counter_bits smallint, saturating boolean) ON COMMIT DELETE ROWS")
+        cur.execute(f"DELETE FROM {SELECTED}")
+        cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {STAGE_TABLE} (series_id int NOT NULL, "
+                    f"ts timestamptz NOT NULL, value float8 NOT NULL) ON COMMIT DELETE ROWS")
+        cur.execute(f"DELETE FROM {STAGE_TABLE}")
+    found = conn.execute(text(
+        f"SELECT pod, series_id, metric, port_id, counter_bits, saturating FROM {FLEET_SCHEMA}.series "
+        f"WHERE pod = ANY(:pods) AND metric = ANY(:metrics) AND port_id IS NOT NULL ORDER BY pod, series_id"),
+        {"pods": pods, "metrics": metrics}).all() if pods else []
+    if not found:
+        return 0
+    conn.execute(text(f"INSERT INTO {SELECTED} SELECT * FROM unnest(CAST(:i AS int[]), CAST(:m AS text[]), "
+                      f"CAST(:p AS int[]), CAST(:b AS smallint[]), CAST(:s AS boolean[]))"),
+                 {"i": list(range(len(found))), "m": [r.metric for r in found], "p": [r.port_id for r in found],
+                  "b": [r.counter_bits for r in found], "s": [r.saturating for r in found]})
+    got = read_fleet_samples(conn, found, pod_shard, lo, hi)
+    with raw.cursor() as cur:  # type: ignore[union-attr]
+        if len(got):
+            with cur.copy(f"COPY {STAGE_TABLE} (series_id, ts, value) FROM STDIN (FORMAT BINARY)") as cp:
+                cp.write(HEADER + pack_rows_us(got.sid, got.ts_us, got.value) + TRAILER)
+        cur.execute(f"ANALYZE {SELECTED}")
+        cur.execute(f"ANALYZE {STAGE_TABLE}")
+    return len(got)
+
+
+# --- the newest samples (fleet summary, topology) ----------------------------------------------------
+
+def latest_sql(extra: str = "") -> str:
+    """Each selected series' newest two samples (rn 1, 2) on the shards of `:pods`, of `:metrics`."""
+    return (f"SELECT pod, series_id, port_id, rn, value FROM {FLEET_SCHEMA}.latest "
+            f"WHERE pod = ANY(:pods) AND metric = ANY(:metrics) AND port_id IS NOT NULL {extra}")
+
+
+__all__ = ["MISSING_HEADER", "NO_POD", "Reach", "latest_sql", "query_series", "reach", "read_fleet",
+           "read_fleet_samples", "rows_sql", "stage_port_series"]

@@ -23,18 +23,25 @@ log = logging.getLogger(__name__)
 
 SHARD_SCHEMA = "fw_fleet"  # on each shard: the views the foreign tables read
 FLEET_SCHEMA = "fleet"  # on the control database: the partitioned parents and their foreign partitions
+# Read-only roles that get SELECT on the fleet tables and a user mapping per shard, when they exist
+# (migration 0150 creates Grafana's).
+READ_ROLES = ("fabricwatch_grafana",)
 
 
 class PodMoved(RuntimeError):
     """The setting puts a pod on another shard than the stored map; moving history is not built yet."""
 
 
+_ROLLUPS = ("rollup_5m", "rollup_1h")
+_ROLLUP_COLUMNS = ("pod text, series_id int, bucket timestamptz, n int, min float8, max float8, avg float8, "
+                   "last float8, first_ts timestamptz, last_ts timestamptz, increase float8, covered_s float8")
+
 # Each shard's own view of what it holds, with the pod as a column (the partition key on the control side).
 # A device without a pod has pod '' so that LIST partitions and `pod = ANY(..)` can name it.
 _SHARD_VIEWS = {
     "series": """
 SELECT coalesce(d.pod, '') AS pod, s.id AS series_id, s.metric::text AS metric, d.name::text AS device,
-       p.name::text AS port, s.lane, s.priority, s.gpu, s.counter_bits, s.saturating
+       p.name::text AS port, s.lane, s.priority, s.gpu, s.counter_bits, s.saturating, s.port_id
 FROM series s JOIN devices d ON d.id = s.device_id LEFT JOIN ports p ON p.id = s.port_id""",
     "rows": """
 SELECT coalesce(d.pod, '') AS pod, r.series_id, r.ts, r.value
@@ -45,15 +52,34 @@ FROM sample_blocks b JOIN series s ON s.id = b.series_id JOIN devices d ON d.id 
     "chunks": """
 SELECT coalesce(d.pod, '') AS pod, c.series_id, c.first_ts, c.last_ts, c.data
 FROM sample_chunks c JOIN series s ON s.id = c.series_id JOIN devices d ON d.id = s.device_id""",
+    # the rollup levels (service/telemetry/rollups.py), and each level's watermark once per pod the shard holds
+    # (a level without one reads NULL): a fleet read uses rollups only before every asked shard's watermark
+    **{level: f"""
+SELECT coalesce(d.pod, '') AS pod, r.series_id, r.bucket, r.n, r.min, r.max, r.avg, r.last, r.first_ts,
+       r.last_ts, r.increase, r.covered_s
+FROM {level} r JOIN series s ON s.id = r.series_id JOIN devices d ON d.id = s.device_id""" for level in _ROLLUPS},
+    "rollup_marks": """
+SELECT p.pod, l.level, w.done_until
+FROM (SELECT DISTINCT coalesce(pod, '') AS pod FROM devices) p CROSS JOIN (VALUES ('5m'), ('1h')) AS l(level)
+LEFT JOIN rollup_watermarks w ON w.level = l.level""",
+    # each series' newest two samples (rn 1 the newest): the fleet summary's and topology's port states
+    "latest": f"""
+SELECT coalesce(d.pod, '') AS pod, s.id AS series_id, s.metric::text AS metric, s.port_id, x.rn, x.ts, x.value
+FROM series s JOIN devices d ON d.id = s.device_id
+CROSS JOIN LATERAL (SELECT ts, value, row_number() OVER (ORDER BY ts DESC) AS rn
+                    FROM {SHARD_SCHEMA}.last_two(s.id)) x""",
 }
 
 # The same columns on the control side (types as the views give them).
 _FLEET_COLUMNS = {
     "series": "pod text, series_id int, metric text, device text, port text, lane smallint, priority smallint, "
-              "gpu smallint, counter_bits smallint, saturating boolean",
+              "gpu smallint, counter_bits smallint, saturating boolean, port_id int",
     "rows": "pod text, series_id int, ts timestamptz, value float8",
     "blocks": "pod text, series_id int, first_ts timestamptz, last_ts timestamptz, ts timestamptz[], vals float8[]",
     "chunks": "pod text, series_id int, first_ts timestamptz, last_ts timestamptz, data bytea",
+    **dict.fromkeys(_ROLLUPS, _ROLLUP_COLUMNS),
+    "rollup_marks": "pod text, level text, done_until timestamptz",
+    "latest": "pod text, series_id int, metric text, port_id int, rn bigint, ts timestamptz, value float8",
 }
 
 
@@ -65,6 +91,11 @@ def prepare_shard(url: str) -> None:
     upgrade(url)
     with get_engine(url).begin() as conn:
         conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SHARD_SCHEMA}"))
+        # postgres_fdw's sessions run with search_path = pg_catalog, and last_samples' body names its tables
+        # unqualified: a wrapper that sets the path for it
+        conn.execute(text(f"CREATE OR REPLACE FUNCTION {SHARD_SCHEMA}.last_two(sid int) "
+                          f"RETURNS TABLE (ts timestamptz, value float8) LANGUAGE sql STABLE "
+                          f"SET search_path = public AS 'SELECT * FROM last_samples(sid, 2)'"))
         for name, body in _SHARD_VIEWS.items():
             conn.execute(text(f"CREATE OR REPLACE VIEW {SHARD_SCHEMA}.{name} AS {body}"))
 
@@ -141,6 +172,11 @@ def fleet_tables(conn: Connection, topology: Topology, pod_map: dict[str, str]) 
     conn.execute(text(f"CREATE SCHEMA {FLEET_SCHEMA}"))
     for name, cols in _FLEET_COLUMNS.items():
         conn.execute(text(f"CREATE TABLE {FLEET_SCHEMA}.{name} ({cols}) PARTITION BY LIST (pod)"))
+    readers = [r for r in READ_ROLES if conn.execute(text(
+        "SELECT 1 FROM pg_roles WHERE rolname = :r AND rolname <> current_user"), {"r": r}).first()]
+    for role in readers:  # the parents only: a query through a parent checks the parent's privileges
+        conn.execute(text(f"GRANT USAGE ON SCHEMA {FLEET_SCHEMA} TO {role}"))
+        conn.execute(text(f"GRANT SELECT ON ALL TABLES IN SCHEMA {FLEET_SCHEMA} TO {role}"))
     for shard, url in sorted(topology.shards.items()):
         u = make_url(normalize_url(url))
         server = f"fw_shard_{shard}"
@@ -156,6 +192,8 @@ def fleet_tables(conn: Connection, topology: Topology, pod_map: dict[str, str]) 
         creds = {"user": u.username or "postgres"} | ({"password": u.password} if u.password else {})
         conn.execute(text(f"CREATE USER MAPPING FOR CURRENT_USER SERVER {server} OPTIONS ("
                           + ", ".join(f"{k} {_literal(conn, v)}" for k, v in creds.items()) + ")"))
+        if readers:
+            _reader_mappings(conn, server, creds, readers)
         pods = sorted(p for p, s in pod_map.items() if s == shard)
         if not pods:
             continue  # a LIST partition names at least one value; a shard with no pod holds nothing to read
@@ -165,6 +203,26 @@ def fleet_tables(conn: Connection, topology: Topology, pod_map: dict[str, str]) 
                 f"CREATE FOREIGN TABLE {FLEET_SCHEMA}.{name}__{shard} PARTITION OF {FLEET_SCHEMA}.{name} "
                 f"FOR VALUES IN ({values}) SERVER {server} "
                 f"OPTIONS (schema_name '{SHARD_SCHEMA}', table_name '{name}')"))
+
+
+def _reader_mappings(conn: Connection, server: str, creds: dict[str, str], readers: list[str]) -> None:
+    """User mappings for the read-only roles (Grafana's): postgres_fdw connects as the mapped user, so the
+    role reads the shard with the shard URL's credentials; what it may read is its SELECT on the fleet
+    parents (granted above, nothing else). Without a password in the URL (trust or peer on the shard), a
+    non-superuser's connection is refused unless its mapping says `password_required 'false'`, which
+    only a superuser may set: `apply` run by another role then leaves the reader without a mapping and
+    says so."""
+    opts = dict(creds)
+    if "password" not in creds:
+        if not conn.execute(text("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")).scalar_one():
+            log.warning("%s: no user mapping for %s: the shard URL has no password, and only a superuser may "
+                        "map a read-only role without one (password_required 'false')", server,
+                        ", ".join(readers))
+            return
+        opts["password_required"] = "false"
+    for role in readers:
+        conn.execute(text(f"CREATE USER MAPPING FOR {role} SERVER {server} OPTIONS ("
+                          + ", ".join(f"{k} {_literal(conn, v)}" for k, v in opts.items()) + ")"))
 
 
 @dataclass

@@ -1,4 +1,10 @@
-"""The API side of a sharded deployment: fleet-wide reads say which pods they could not see."""
+"""The API side of a sharded deployment: fleet-wide reads say which pods they could not see.
+
+Every response that aggregates telemetry across the fleet (`/series`, `/kpis`, `/summary`, `/topology`)
+carries the `X-Fabricwatch-Missing-Pods` header and, in its JSON object, `missing_pods`: the pods of the
+shards that did not answer ('(no pod)' for pod-less devices), empty when the answer is whole (always, on
+one server).
+"""
 
 from __future__ import annotations
 
@@ -18,6 +24,18 @@ def _topology(engine: Engine, settings: Settings) -> Topology:
     return Topology.of(engine.url.render_as_string(hide_password=False), settings.shards)
 
 
+def fleet_topology(engine: Engine, settings: Settings) -> Topology | None:
+    """The shards a fleet-wide read goes across; None on one server (the single-server path)."""
+    return _topology(engine, settings) if settings.shards.urls else None
+
+
+def say_missing(response: Response, body: dict[str, Any], missing: list[str]) -> dict[str, Any]:
+    """The header and the body's `missing_pods` (the pods as the API names them, '(no pod)' for '')."""
+    response.headers[MISSING_HEADER] = ",".join(missing)
+    body["missing_pods"] = missing
+    return body
+
+
 def import_across_shards(engine: Engine, settings: Settings, body: bytes) -> IngestReport:
     """`POST /api/v1/import/prometheus` when shards are configured: each sample on its device's shard."""
     import time
@@ -30,9 +48,8 @@ def import_across_shards(engine: Engine, settings: Settings, body: bytes) -> Ing
     return report
 
 
-def series_across_shards(conn: Connection, settings: Settings, response: Response, **query: Any) -> list[SeriesResult]:
-    """`/api/v1/series` when shards are configured: read through the fleet tables, and name the pods of the
-    shards that did not answer in the X-Fabricwatch-Missing-Pods header (empty when the answer is whole)."""
+def series_across_shards(conn: Connection, settings: Settings, **query: Any) -> tuple[list[SeriesResult], list[str]]:
+    """`/api/v1/series` when shards are configured: read through the fleet tables; the series, and the pods
+    of the shards that did not answer (for `say_missing`)."""
     results, seen = query_series(conn=conn, topology=_topology(conn.engine, settings), **query)
-    response.headers[MISSING_HEADER] = ",".join(seen.missing_shown)
-    return results
+    return results, seen.missing_shown

@@ -24,8 +24,10 @@ range was about half of a rolled-up `/series` request's CPU, API and database to
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
 from cachetools import LRUCache
@@ -117,6 +119,12 @@ def _read(conn: Connection, level: Level, sids: list[int], lo: datetime, hi: dat
           is_counter: bool) -> dict[int, Contributions]:
     """Each series' contributions for buckets in [lo, hi); a bucket that adds nothing is left out."""
     rows = conn.execute(text(_ROWS_SQL.format(table=level.table)), {"sids": sids, "lo": lo, "hi": hi}).all()
+    return from_rows(rows, sids, is_counter)
+
+
+def from_rows(rows: Sequence[Any], sids: list[int], is_counter: bool) -> dict[int, Contributions]:
+    """Contributions per series of rollup rows (series_id, bucket_ms, n, avg, increase, covered_s), sorted by
+    series and bucket; a bucket that adds nothing is left out."""
     out = dict.fromkeys(sids, Contributions.empty())
     if not rows:
         return out

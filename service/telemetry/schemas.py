@@ -39,6 +39,8 @@ class SeriesRead(BaseModel):
     end: IsoTime
     step: float | None = Field(description="bucket length in seconds; null: every sample")
     series: list[Series]
+    missing_pods: list[str] = Field(description="pods of the shards that did not answer (the "
+                                    "X-Fabricwatch-Missing-Pods header); empty when the answer is whole")
 
 
 class StreamRead(BaseModel):

@@ -17,7 +17,7 @@ from service.telemetry import catalogue
 from service.telemetry.counters import rates
 from service.telemetry.ingest import Ingestor, IngestReport, NothingStored
 from service.telemetry.promtext import PromParseError
-from service.telemetry.readcache import ROLLUPS, Contributions, concat, read_marks
+from service.telemetry.readcache import ROLLUPS, Contributions, Mark, concat, read_marks
 from service.telemetry.rollups import L1H, L5M, LEVELS, Level, floor_to
 from service.telemetry.samples import Sample
 from service.telemetry.store import read_samples
@@ -150,6 +150,13 @@ def query_series(
     return out
 
 
+# How `_query_rollups` reads: the watermarks, rollup contributions per series, raw samples per series.
+RollupReaders = tuple[Callable[[Connection], dict[str, Mark]],
+                      Callable[[Connection, Level, Mark, list[int], datetime, datetime, bool],
+                               dict[int, Contributions]],
+                      Callable[[Connection, list[int], datetime, datetime], dict[int, tuple[list[int], list[float]]]]]
+
+
 def _bucket_gauge(points: list[tuple[int, float]], step_s: float) -> list[tuple[int, float | None]]:
     step = int(step_s * 1000)
     sums: dict[int, list[float]] = {}
@@ -186,13 +193,17 @@ def _pick_level(span: timedelta, step_s: float | None, after_s: tuple[float, flo
 
 
 def _query_rollups(conn: Connection, level: Level, mdef: catalogue.MetricDef, found: list[Any], start: datetime,
-                   end: datetime, step_s: float | None, is_counter: bool) -> list[SeriesResult]:
+                   end: datetime, step_s: float | None, is_counter: bool, *,
+                   readers: RollupReaders | None = None) -> list[SeriesResult]:
     """Series from the coarsest rollups that cover the range, then finer ones, then raw after the watermarks.
 
     Each source contributes (increase, covered ms) per counter bucket or (sum, n) per gauge bucket;
     they add up because every source attributes a counter step to the bucket where it ends. Rollup rows
-    come through the per-process cache of rows before the watermarks (service/telemetry/readcache.py).
+    come through the per-process cache of rows before the watermarks (service/telemetry/readcache.py),
+    or from `readers` (the fleet read across shards, service/shards/fleet.py), which then key the series
+    by the first column of `found`.
     """
+    read_marks_, contributions, per_series = readers or (read_marks, ROLLUPS.contributions, _per_series)
     max_gap_s = get_settings().rollup_max_gap_s
     # The step is a whole number of rollup buckets so that rollup rows fold exactly.
     width = level.bucket_s
@@ -200,20 +211,19 @@ def _query_rollups(conn: Connection, level: Level, mdef: catalogue.MetricDef, fo
     sids = [r[0] for r in found]
     parts: dict[int, list[Contributions]] = {sid: [] for sid in sids}
     lo = floor_to(start, width)
-    marks = read_marks(conn) if sids else {}
+    marks = read_marks_(conn) if sids else {}
     for lv in reversed(LEVELS[:LEVELS.index(level) + 1]):  # coarsest first
         mark = marks.get(lv.name)
         wm = mark.done_until if mark is not None else None
         if mark is not None and lo < min(mark.done_until, end):
-            for sid, c in ROLLUPS.contributions(conn, lv, mark, sids, lo, min(mark.done_until, end),
-                                                is_counter).items():
+            for sid, c in contributions(conn, lv, mark, sids, lo, min(mark.done_until, end), is_counter).items():
                 parts[sid].append(c)
         if wm is not None:
             lo = max(lo, wm)  # every bucket before wm came from rollups (wm is bucket-aligned)
     # After the finest watermark: raw samples, from one step before it so its first step counts.
     tail: dict[int, tuple[list[int], list[float]]] = {sid: ([], []) for sid in sids}
     if lo <= end and sids:
-        tail = _per_series(conn, sorted(sids), lo - timedelta(seconds=max_gap_s), end)
+        tail = per_series(conn, sorted(sids), lo - timedelta(seconds=max_gap_s), end)
     lo_ms = int(lo.timestamp() * 1000)
     out = []
     for sid, m, dev, prt, ln, prio, g, bits, sat in found:

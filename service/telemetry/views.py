@@ -101,13 +101,16 @@ def get_series(
         from service.shards.views import series_across_shards
 
         with engine.connect() as conn:
-            results = series_across_shards(conn, settings, response, **query)
+            results, missing = series_across_shards(conn, settings, **query)
     else:
+        missing = []
         # Each statement reads its own snapshot either way (READ COMMITTED): without a transaction the
         # request saves the BEGIN and ROLLBACK round trips (docs/benchmarks.md, "Reads at 500 req/s").
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             results = query_series(conn=conn, **query)
-    return {
+    from service.shards.views import say_missing
+
+    return say_missing(response, {
         "metric": metric, "start": t_start.isoformat(), "end": t_end.isoformat(), "step": step,
         "series": [
             {"labels": {k: v for k, v in (("device", r.device), ("port", r.port), ("lane", r.lane),
@@ -115,7 +118,7 @@ def get_series(
              "kind": r.kind, "unit": r.unit, "points": r.points}  # (ms, value) pairs, as the model reads them
             for r in results
         ],
-    }
+    }, missing)
 
 
 @router.get("/targets", summary="Collection targets and their last status", response_model=TargetsRead)
