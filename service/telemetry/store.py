@@ -105,9 +105,32 @@ def parse_copy(buf: bytes | bytearray | memoryview) -> tuple[Samples, list[tuple
             values.append(_array(view, cells[2][0], cells[2][1], _VALUE_ELEM).astype(np.float64))
         if fields > 3 and cells[3][1] >= 0:
             chunks.append((sid, bytes(view[cells[3][0]:cells[3][0] + cells[3][1]])))
-    rows = (Samples(np.concatenate(sids), np.concatenate(times), np.concatenate(values)) if sids
+    return _rows(sids, times, values), chunks
+
+
+def _rows(sids: list[np.ndarray], times: list[np.ndarray], values: list[np.ndarray]) -> Samples:
+    return (Samples(np.concatenate(sids), np.concatenate(times), np.concatenate(values)) if sids
             else Samples.empty())
-    return rows, chunks
+
+
+def parse_result(res: Any) -> tuple[Samples, list[tuple[int, bytes]]]:
+    """The binary result (a psycopg `PGresult`) of a query returning (series_id int, ts timestamptz[],
+    value float8[], data bytea) rows: what `parse_copy` returns for the same rows in a binary COPY (the
+    binary format of a value is the same in both)."""
+    sids, times, values, chunks = [], [], [], []
+    for i in range(res.ntuples):
+        (sid,) = _I32.unpack(res.get_value(i, 0))
+        ts_cell = res.get_value(i, 1)
+        if ts_cell is not None:
+            ts = _array(memoryview(ts_cell), 0, len(ts_cell), _TS_ELEM)
+            sids.append(np.full(len(ts), sid, np.int64))
+            times.append(ts.astype(np.int64) + _PG_EPOCH_US)
+            value_cell = res.get_value(i, 2)
+            values.append(_array(memoryview(value_cell), 0, len(value_cell), _VALUE_ELEM).astype(np.float64))
+        data = res.get_value(i, 3)
+        if data is not None:
+            chunks.append((sid, data))
+    return _rows(sids, times, values), chunks
 
 
 def copy_rows_and_chunks(cur: psycopg.Cursor[Any], query: str, params: dict[str, Any] | list[Any] | None
@@ -177,17 +200,27 @@ def read_chunks(cur: psycopg.Cursor[Any], lo: datetime, hi: datetime, series_ids
     return _decoded(copy_rows_and_chunks(cur, _chunk_query(series_ids is not None), params)[1], lo, hi)
 
 
+# The same rows as read_samples' COPY, for a list of series. PostgreSQL planned that COPY's query on every
+# call (0.3-0.7 ms, several times its execution); this SELECT is prepared and series_samples' own query is
+# a generic plan, so a connection plans it once.
+_SERIES_SAMPLES = "SELECT series_id, ts, value, data FROM series_samples(%(lo)s, %(hi)s, %(sids)s::int[])"
+
+
 def read_samples(conn: Connection | psycopg.Connection[Any], lo: datetime, hi: datetime,
                  series_ids: list[int] | None = None) -> Samples:
     """Every stored sample with lo <= ts <= hi (of these series, or all), sorted by series and time:
     hot rows, import blocks and compressed chunks, one sample per (series, time). One round trip."""
     raw = conn if isinstance(conn, psycopg.Connection) else conn.connection.driver_connection
-    where = " WHERE series_id = ANY(%(sids)s)" if series_ids is not None else ""
-    rows_sql = per_series(f"SELECT series_id, ts, value FROM raw_rows_between(%(lo)s, %(hi)s){where}")
-    query = (f"SELECT * FROM ({rows_sql}) a CROSS JOIN (SELECT NULL::bytea) b "
-             f"UNION ALL {_chunk_query(series_ids is not None)}")
-    with raw.cursor() as cur:  # type: ignore[union-attr]
-        rows, chunks = copy_rows_and_chunks(cur, query, {"day": _day_floor(lo), "lo": lo, "hi": hi, "sids": series_ids})
+    if series_ids is not None:
+        # Some series (a /series request): a prepared statement, planned once per connection (migration 0290).
+        with raw.cursor(binary=True) as cur:  # type: ignore[union-attr]
+            cur.execute(_SERIES_SAMPLES, {"lo": lo, "hi": hi, "sids": series_ids}, prepare=True)
+            rows, chunks = parse_result(cur.pgresult)
+    else:  # every series: planned for this range, a COPY (a large result streams)
+        rows_sql = per_series("SELECT series_id, ts, value FROM raw_rows_between(%(lo)s, %(hi)s)")
+        query = f"SELECT * FROM ({rows_sql}) a CROSS JOIN (SELECT NULL::bytea) b UNION ALL {_chunk_query(False)}"
+        with raw.cursor() as cur:  # type: ignore[union-attr]
+            rows, chunks = copy_rows_and_chunks(cur, query, {"day": _day_floor(lo), "lo": lo, "hi": hi})
     if len(rows) and (np.diff(rows.sid) < 0).any():  # each series' times are in order (array_agg's ORDER BY)
         rows = rows.take(np.argsort(rows.sid, kind="stable"))
     if not chunks:

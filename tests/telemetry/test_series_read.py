@@ -1,0 +1,110 @@
+"""read_samples for a list of series (the /series read: a prepared SELECT of series_samples(), migration 0290)
+returns what the whole-store read (a COPY planned for its range) returns for those series: hot rows, import
+blocks, compressed chunks and late duplicates, for ranges that cut through each; and one connection's plan,
+made once, still sees partitions created and dropped after it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+import numpy as np
+import psycopg
+import pytest
+from sqlalchemy import Engine, text
+
+from service.telemetry.compress import run_compression
+from service.telemetry.partitions import existing_partitions
+from service.telemetry.samples import Sample
+from service.telemetry.service import ingest_samples
+from service.telemetry.store import Samples, read_samples
+from tests.telemetry import drop_day_partitions
+from tests.telemetry.test_compress import END, T0, _ms, _seed
+
+Row = tuple[int, int, float]
+
+
+@pytest.fixture(autouse=True)
+def _only_our_days(db: Engine) -> None:
+    with db.begin() as conn:
+        drop_day_partitions(conn)
+
+
+@pytest.fixture()
+def pg(db_url: str) -> Iterator[psycopg.Connection]:
+    """One session for every read of a test: its prepared statement and cached plan live as long."""
+    with psycopg.connect(db_url.replace("+psycopg", ""), autocommit=True) as conn:
+        yield conn
+
+
+def _rows(got: Samples) -> list[Row]:
+    return list(zip(got.sid.tolist(), got.ts_us.tolist(), got.value.tolist(), strict=True))
+
+
+def _everything(pg: psycopg.Connection) -> list[Row]:
+    """The whole store through the other path (every series: a COPY of raw_rows_between and the chunks)."""
+    return _rows(read_samples(pg, T0 - timedelta(days=2), END + timedelta(days=2)))
+
+
+def _check(pg: psycopg.Connection, everything: list[Row], ranges: list[tuple[datetime, datetime]]) -> int:
+    compared = 0
+    for ids in ([1], [2, 4], [1, 2, 3, 4], [4, 3, 1], [99], []):
+        for lo, hi in ranges:
+            lo_us, hi_us = int(lo.timestamp() * 1e6), int(hi.timestamp() * 1e6)
+            want = [r for r in everything if r[0] in ids and lo_us <= r[1] <= hi_us]
+            got = read_samples(pg, lo, hi, ids)
+            assert _rows(got) == want, (ids, lo, hi)
+            assert got.sid.dtype == np.int64 and got.ts_us.dtype == np.int64 and got.value.dtype == np.float64
+            compared += len(want)
+    return compared
+
+
+def test_series_reads_match_the_whole_store_read(db: Engine, pg: psycopg.Connection) -> None:
+    _seed(db)  # 4 series, a sample a minute from T0 to END + 30 min
+    run_compression(db, now=END + timedelta(hours=1), hot_s=3600)  # chunks up to END, rows after
+    with db.begin() as conn:  # an import block after the rows (10 s steps), for series 2
+        times = [END + timedelta(minutes=40, seconds=10 * i) for i in range(60)]
+        conn.execute(text("INSERT INTO sample_blocks VALUES (2, :a, :b, CAST(:ts AS timestamptz[]), "
+                          "CAST(:v AS float8[]))"),
+                     {"a": times[0], "b": times[-1], "ts": times, "v": [0.5 * i for i in range(60)]})
+    everything = _everything(pg)
+    dup_t, late_t = T0 + timedelta(hours=29), T0 + timedelta(hours=29, seconds=30)
+    stored = next(v for s, t, v in everything if s == 1 and t == _ms(dup_t) * 1000)
+    ingest_samples(engine=db, samples=[  # into a compressed hour: a duplicate time (the chunk's wins), a late one
+        Sample("port_rx_bytes_total", stored + 12345, _ms(dup_t), "h-000", "eth0"),
+        Sample("port_rx_bytes_total", stored + 1, _ms(late_t), "h-000", "eth0")])
+    everything = _everything(pg)
+    assert (1, _ms(late_t) * 1000, stored + 1) in everything and (1, _ms(dup_t) * 1000, stored) in everything
+    # ranges inside one chunk, across chunks, across the chunk/row boundary, into the block, empty, all
+    ranges = [(T0 + timedelta(hours=28, minutes=59, seconds=30), T0 + timedelta(hours=29, minutes=1)),
+              (T0 + timedelta(hours=3, seconds=1), T0 + timedelta(hours=7, seconds=59)),
+              (END - timedelta(minutes=20), END + timedelta(minutes=20)),
+              (END + timedelta(minutes=29), END + timedelta(minutes=45, seconds=5)),
+              (T0 - timedelta(days=1), T0 - timedelta(hours=1)),
+              (T0 - timedelta(days=2), END + timedelta(days=2))]
+    assert _check(pg, everything, ranges) > 10_000
+    prepared = pg.execute("SELECT statement FROM pg_prepared_statements").fetchall()
+    assert any("series_samples" in s for (s,) in prepared)  # planned once for this session, not per read
+
+
+def test_one_sessions_plan_sees_new_and_dropped_partitions(db: Engine, pg: psycopg.Connection) -> None:
+    _seed(db)
+    wide = (T0 - timedelta(days=2), END + timedelta(days=3))
+    before = read_samples(pg, *wide, [1, 3])  # the session's plan is made here, rows only
+    assert len(before) and _rows(before) == [r for r in _everything(pg) if r[0] in (1, 3)]
+    # a day not stored before: its partition is created after the plan was made
+    later = END + timedelta(days=1, hours=1)
+    ingest_samples(engine=db, samples=[Sample("port_rx_bytes_total", 1.0e15, _ms(later), "h-000", "eth1")])
+    got = _rows(read_samples(pg, *wide, [1, 3]))
+    assert (3, _ms(later) * 1000, 1.0e15) in got and len(got) == len(before) + 1
+    # compression creates chunk partitions and empties a row partition; the same session reads them
+    run_compression(db, now=END + timedelta(hours=1), hot_s=3600)
+    assert _rows(read_samples(pg, *wide, [1, 3])) == got
+    # retention drops a day's partitions: the cached plan must not read the dropped table
+    with db.begin() as conn:
+        for table in ("sample_rows", "sample_chunks"):
+            name = existing_partitions(conn, table).get(T0.date())
+            if name:
+                conn.execute(text(f"DROP TABLE {name}"))
+    cut = _ms(T0 + timedelta(days=1)) * 1000
+    assert _rows(read_samples(pg, *wide, [1, 3])) == [r for r in got if r[1] >= cut]
