@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
+from sqlalchemy import Connection
 
 from service.alerts import listcache, service
 from service.alerts.schemas import (
@@ -25,6 +26,7 @@ from service.alerts.schemas import (
 from service.api.auth import OperateScope, ReadScope
 from service.api.deps import EngineDep
 from service.api.problems import Problem
+from service.db import read_retrying
 from service.detection.findings import Cause, Severity
 
 router = APIRouter(prefix="/api/v1", tags=["alerts"])
@@ -61,7 +63,7 @@ def list_alerts(request: Request, engine: EngineDep, _: ReadScope,
     key = (*filters.values(), sort, limit, cursor)
     # A page held for this query needs only the version to be served: one statement, no transaction (no BEGIN
     # and ROLLBACK round trips). A query this process never rendered (or not since the version moved) skips it.
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+    def read(conn: Connection) -> tuple[bytes, listcache.Version | None]:
         body = version = None
         if listcache.PAGES.has(key):
             version = listcache.read_version(conn)
@@ -79,6 +81,9 @@ def list_alerts(request: Request, engine: EngineDep, _: ReadScope,
             body = AlertPage(items=[AlertRead(**r) for r in items], next_cursor=nxt).model_dump_json().encode()
             if version:
                 listcache.PAGES.put(version, key, body)
+        return body, version
+
+    body, version = read_retrying(engine, read)
     if version is None:
         return Response(body, media_type="application/json")
     tag = listcache.etag(version, key)

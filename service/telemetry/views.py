@@ -14,6 +14,7 @@ from service.api.auth import ReadScope, require
 from service.api.deps import EngineDep, SettingsDep
 from service.api.params import time_query, time_range
 from service.api.problems import Problem
+from service.db import read_retrying
 from service.inventory.schemas import EndpointProtocol
 from service.observability import INGEST_ERRORS
 from service.telemetry import catalogue
@@ -106,8 +107,7 @@ def get_series(
         missing = []
         # Each statement reads its own snapshot either way (READ COMMITTED): without a transaction the
         # request saves the BEGIN and ROLLBACK round trips (docs/benchmarks.md, "Reads at 500 req/s").
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            results = query_series(conn=conn, **query)
+        results = read_retrying(engine, lambda conn: query_series(conn=conn, **query))
     from service.shards.views import say_missing
 
     return say_missing(response, {
