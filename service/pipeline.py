@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import ColumnElement, Connection, Engine, text
 
 from service.alerts.service import ChangeSet, apply_findings
 from service.detection.findings import Finding, Severity
@@ -46,13 +46,15 @@ def _drain_worthy(f: Finding) -> bool:
     return f.state == "firing" and f.severity is Severity.PAGE
 
 
-def apply_cycle(conn: Connection, findings: list[Finding], at_ms: int, *, drains: bool = True) -> CycleOutcome:
+def apply_cycle(conn: Connection, findings: list[Finding], at_ms: int, *, drains: bool = True,
+                scope: ColumnElement[bool] | None = None) -> CycleOutcome:
     """Alerts (and, for pages, drain recommendations) from one cycle's findings, in the caller's transaction.
 
     Undecided drains whose alert has resolved (this cycle, or by hand since) are withdrawn; a drain's
     reason is its alert's summary, the episode's worst cycle, not this cycle's. Each recommendation has its
-    own savepoint: one that fails is noted on its alert and never takes the cycle's alerts with it."""
-    changes = apply_findings(conn=conn, findings=findings, at_ms=at_ms)
+    own savepoint: one that fails is noted on its alert and never takes the cycle's alerts with it.
+    `scope`: the open alerts these findings are complete for (apply_findings; None: all)."""
+    changes = apply_findings(conn=conn, findings=findings, at_ms=at_ms, scope=scope)
     out = CycleOutcome(at_ms, findings, changes)
     if not drains:
         return out

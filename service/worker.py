@@ -49,6 +49,24 @@ TIME_LIMITS: dict[str, tuple[float, float]] = {
 _CONF_KEY = "fabricwatch_time_limits"
 
 
+def detect_queue(shard: str) -> str:
+    """The queue of a shard's detection cycles (a worker consumes it with `-Q detect.<shard>`)."""
+    return f"detect.{shard}"
+
+
+def detection_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Beat's detection entries: one cycle on the default queue, or with shards one per shard on its own queue,
+    so a shard that is slow or down delays only its own cycles (docs/architecture.md#shards)."""
+    every = settings.detect_interval_s
+    if not settings.shards.urls:
+        return {"run-detection": {"task": "fabricwatch.run_detection", "schedule": every,
+                                  "options": {"expires": every}}}
+    return {f"run-detection-{shard}": {"task": "fabricwatch.run_detection", "schedule": every,
+                                       "kwargs": {"shard": shard},
+                                       "options": {"queue": detect_queue(shard), "expires": every}}
+            for shard in sorted(settings.shards.urls)}
+
+
 def default_concurrency() -> int:
     """The pool size when none is given: two per usable CPU (collection mostly waits on the network), at
     most 8, since every prefork child is a process of its own (memory per child: docs/operations.md)."""
@@ -163,8 +181,7 @@ def configure(app: Celery, settings: Settings) -> Celery:
             "compute-rollups": {"task": "fabricwatch.compute_rollups", "schedule": settings.rollup_interval_s},
             "maintain-rollups": {"task": "fabricwatch.maintain_rollups", "schedule": 3600.0},
             "compress-samples": {"task": "fabricwatch.compress_samples", "schedule": settings.compress_interval_s},
-            "run-detection": {"task": "fabricwatch.run_detection", "schedule": settings.detect_interval_s,
-                              "options": {"expires": settings.detect_interval_s}},
+            **detection_schedule(settings),
             "deliver-webhooks": {"task": "fabricwatch.deliver_outbox", "schedule": settings.webhook_poll_s},
             "deliver-alertmanager": {"task": "fabricwatch.deliver_alertmanager",
                                      "schedule": settings.alertmanager.poll_s},

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, insert, or_, select, text, tuple_, update
+from sqlalchemy import ColumnElement, Connection, and_, func, insert, or_, select, text, tuple_, update
 
 from service.alerts.matchers import matcher_hits
 from service.alerts.models import Alert, AlertEvent, MaintenanceWindow, Silence
@@ -276,17 +276,20 @@ SELF_CLEARING_KINDS = frozenset({"nccl_regression"})
 
 
 def apply_findings(*, conn: Connection, findings: list[Finding], at_ms: int, actor: str = "detector",
-                   clear_cycles: int | None = None, kinds: Iterable[str] | None = None) -> ChangeSet:
+                   clear_cycles: int | None = None, kinds: Iterable[str] | None = None,
+                   scope: ColumnElement[bool] | None = None) -> ChangeSet:
     """Apply one detection cycle's findings (a complete set, or complete for `kinds`) at data time at_ms.
 
-    A complete set (kinds None) ages every open alert it lacks, except SELF_CLEARING_KINDS."""
+    A complete set (kinds None) ages every open alert it lacks, except SELF_CLEARING_KINDS. `scope`, a
+    condition on the alerts table, narrows what the set is complete for: open alerts outside it are left
+    alone (a shard's cycle sees its own pods only: service/shards/detection.py)."""
     clear = clear_cycles or clear_cycles_setting()
     kind_set = set(kinds) if kinds is not None else None
     conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
     cs = ChangeSet(at_ms)
     picked = _pick(findings)
-    rows = conn.execute(select(alerts).where(or_(alerts.c.fingerprint.in_(list(picked)),
-                                                 alerts.c.state != "resolved"))
+    is_open = alerts.c.state != "resolved" if scope is None else and_(alerts.c.state != "resolved", scope)
+    rows = conn.execute(select(alerts).where(or_(alerts.c.fingerprint.in_(list(picked)), is_open))
                         .order_by(alerts.c.id).with_for_update()).mappings()
     by_fp: dict[str, dict[str, Any]] = {r["fingerprint"]: dict(r) for r in rows}
     devices = {f.device for f in picked.values()}

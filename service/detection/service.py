@@ -43,13 +43,23 @@ FROM ports p JOIN devices d ON d.id = p.device_id
 LEFT JOIN optics o ON o.port_id = p.id
 LEFT JOIN links la ON la.a_port_id = p.id
 LEFT JOIN links lb ON lb.b_port_id = p.id
+{where}
 ORDER BY p.id
 """
+# some devices' ports, and the far end of each of their links
+_OF_DEVICES = """WHERE p.device_id = ANY(:devices)
+   OR p.id IN (SELECT l.b_port_id FROM links l JOIN ports a ON a.id = l.a_port_id WHERE a.device_id = ANY(:devices)
+               UNION ALL
+               SELECT l.a_port_id FROM links l JOIN ports b ON b.id = l.b_port_id WHERE b.device_id = ANY(:devices))"""
 
 
-def load_fabric(conn: Connection) -> Fabric:
-    """The inventory as a Fabric (ports ordered by id)."""
-    rows = conn.execute(text(_FABRIC_SQL)).all()
+def load_fabric(conn: Connection, devices: list[int] | None = None) -> Fabric:
+    """The inventory as a Fabric (ports ordered by id): all of it, or these devices' ports and the far
+    ends of their links (a shard's cycle: service/shards/detection.py)."""
+    if devices is None:
+        rows = conn.execute(text(_FABRIC_SQL.format(where=""))).all()
+    else:
+        rows = conn.execute(text(_FABRIC_SQL.format(where=_OF_DEVICES)), {"devices": devices}).all()
     dev_names: list[str] = []
     dev_roles: list[str] = []
     dpos: dict[str, int] = {}
@@ -116,24 +126,30 @@ def load_series(conn: Connection, fabric: Fabric, old: SeriesIndex | None = None
     code = {m: i for i, m in enumerate(USED_METRICS)}
     dpos = {n: i for i, n in enumerate(fabric.dev_names)}
     for sid, metric, _dev_id, dname, port_id, lane, prio, gpu, cbits, csat in rows:
-        axis = AXIS[metric]
-        if axis == "port" and gpu is not None:
-            p = fabric.gpu_port.get((dpos.get(dname, -1), int(gpu)), -1)
-        else:
-            p = fabric.port_index.get(port_id, -1) if port_id is not None else -1
-        if p < 0:
-            continue
-        if axis == "lane":
-            e = int(fabric.lane_index(np.asarray([p]), np.asarray([lane if lane is not None else -1]))[0])
-        elif axis == "prio":
-            e = p * NPRIO + int(prio) if prio is not None and 0 <= prio < NPRIO else -1
-        else:
-            e = p
+        e = series_entity(fabric, dpos, metric, dname, port_id, lane, prio, gpu)
         if e < 0:
             continue
         metric_of[sid], entity_of[sid] = code[metric], e
         bits[sid], sat[sid] = cbits or 0, bool(csat)
     return SeriesIndex(metric_of, entity_of, bits, sat, top)
+
+
+def series_entity(fabric: Fabric, dpos: dict[str, int], metric: str, device: str, port_id: int | None,
+                  lane: int | None, prio: int | None, gpu: int | None) -> int:
+    """The entity a series of a detection metric feeds on its metric's axis; -1 when the fabric has none.
+    `dpos`: device name -> index in fabric.dev_names."""
+    axis = AXIS[metric]
+    if axis == "port" and gpu is not None:
+        p = fabric.gpu_port.get((dpos.get(device, -1), int(gpu)), -1)
+    else:
+        p = fabric.port_index.get(port_id, -1) if port_id is not None else -1
+    if p < 0:
+        return -1
+    if axis == "lane":
+        return int(fabric.lane_index(np.asarray([p]), np.asarray([lane if lane is not None else -1]))[0])
+    if axis == "prio":
+        return p * NPRIO + int(prio) if prio is not None and 0 <= prio < NPRIO else -1
+    return p
 
 
 def _dt(ms: int) -> datetime:
@@ -175,8 +191,13 @@ def _apply_meta(st: FeatureState, sx: SeriesIndex) -> None:
             st.set_counter_meta(metric, sx.entity_of[sel], sx.bits[sel], sx.sat[sel])
 
 
+# Observes samples of (lo, hi] that are not in the cycle's own database (a shard's far link ends, read through
+# the control database's fleet tables: service/shards/detection.py).
+ObserveMore = Callable[[FeatureState, int, int], None]
+
+
 def _advance(conn: Connection, eng: DetectionEngine, st: FeatureState, sx: SeriesIndex, at_ms: int,
-             reader: HistoryReader | None = None) -> tuple[list[Finding], SeriesIndex]:
+             reader: HistoryReader | None = None, more: ObserveMore | None = None) -> tuple[list[Finding], SeriesIndex]:
     hi = at_ms - st.cfg.lateness_ms
     lo = st.watermark_ms if st.watermark_ms is not None else hi - st.cfg.initial_lookback_ms
     if hi > lo:
@@ -186,11 +207,13 @@ def _advance(conn: Connection, eng: DetectionEngine, st: FeatureState, sx: Serie
             sx = sx2
             _apply_meta(st, sx)
         st.observe(batch)
+        if more is not None:
+            more(st, lo, hi)
         st.watermark_ms = hi
     return eng.run_cycle(st, at_ms), sx
 
 
-def _save_findings(conn: Connection, findings: list[Finding]) -> None:
+def save_findings(conn: Connection, findings: list[Finding]) -> None:
     if not findings:
         return
     conn.execute(text(
@@ -216,11 +239,16 @@ def detect_at(engine: Engine, at_ms: int, *, name: str = "default", config: Conf
         return detect_in(conn, at_ms, name=name, config=config)
 
 
-def detect_in(conn: Connection, at_ms: int, *, name: str = "default", config: Config | None = None) -> list[Finding]:
+def detect_in(conn: Connection, at_ms: int, *, name: str = "default", config: Config | None = None,
+              fabric: Fabric | None = None, more: ObserveMore | None = None, save: bool = True) -> list[Finding]:
     """detect_at in the caller's transaction: the pipeline commits state, findings and alerts together,
-    so a cycle that fails after detection keeps nothing and the next one re-reads its samples."""
+    so a cycle that fails after detection keeps nothing and the next one re-reads its samples.
+    A shard's cycle (service/shards/detection.py) gives the `fabric` (its part of the control database's
+    inventory), observes its far link ends' samples with `more`, and stores the findings itself (`save`
+    False: on the control database)."""
     conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('fabricwatch-detect:' || :n))"), {"n": name})
-    fabric = load_fabric(conn)
+    if fabric is None:
+        fabric = load_fabric(conn)
     st = load_state(conn, name, fabric, config)
     if st is None:
         st = FeatureState(fabric, config)
@@ -229,10 +257,11 @@ def detect_in(conn: Connection, at_ms: int, *, name: str = "default", config: Co
     sx = load_series(conn, fabric)
     _apply_meta(st, sx)
     eng = DetectionEngine(load_models(conn))
-    findings, _ = _advance(conn, eng, st, sx, at_ms)
+    findings, _ = _advance(conn, eng, st, sx, at_ms, more=more)
     save_models(conn, eng.models)
     save_state(conn, name, st)
-    _save_findings(conn, findings)
+    if save:
+        save_findings(conn, findings)
     return findings
 
 
