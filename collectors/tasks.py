@@ -35,7 +35,7 @@ from service.db import get_engine
 from service.inventory.secrets import SecretError, target_for
 from service.models import Endpoint
 from service.observability import COLLECT_ERRORS, COLLECT_SECONDS
-from service.shards.ingest import shard_engine_for_device, shard_spool_for, shard_spools
+from service.shards.ingest import shard_spool_for, shard_spools, store_samples, topology_of
 from service.telemetry.coverage import record_coverage
 from service.telemetry.ingest import Ingestor, IngestReport
 from service.telemetry.targets import (
@@ -185,14 +185,18 @@ def store_collection(engine: Engine, pending: PendingStore, *, settings: Setting
     """Samples, link events, neighbours and status of one collection, in one transaction."""
     result = pending.result
     started = datetime.fromtimestamp(pending.started_ms / 1000, tz=UTC)
-    # Sharded, the samples go to the device's shard (committed first: a retry stores no duplicates) and the
-    # status to the control database; unsharded both are this one transaction (service/shards/ingest.py).
-    shard = shard_engine_for_device(engine, settings, pending.device_id)
-    with engine.begin() as conn, (shard.begin() if shard is not None else contextlib.nullcontext(conn)) as data:
-        ingestor = Ingestor(data, batch_rows=settings.ingest_batch_rows)
-        for s in result.samples:
-            ingestor.add(s)
-        report = ingestor.finish()
+    # Sharded, each sample goes to its device's shard (an exporter scrape's may name several; committed first:
+    # a retry stores no duplicates) and the status to the control database; unsharded both are this one
+    # transaction (service/shards/ingest.py).
+    topology = topology_of(settings, engine.url.render_as_string(hide_password=False))
+    with engine.begin() as conn:
+        if topology is None:
+            ingestor = Ingestor(conn, batch_rows=settings.ingest_batch_rows)
+            for s in result.samples:
+                ingestor.add(s)
+            report = ingestor.finish()
+        else:
+            report = store_samples(conn, topology, result.samples, batch_rows=settings.ingest_batch_rows)
         warnings = list(result.warnings)
         if report.rejected:
             # Samples for entities the inventory lacks are kept visible in the target's status.

@@ -77,6 +77,60 @@ def status_cmd() -> None:
         raise typer.Exit(1)
 
 
+@app.command("move")
+def move_cmd(
+    pod: Annotated[str, typer.Argument(help="The pod to move; '(no pod)' for the devices without one.")],
+    to: Annotated[str | None, typer.Option("--to", help="The shard to move it to.")] = None,
+    abort: Annotated[bool, typer.Option(help="Stop a move before its switch and remove the target's copy.")] = False,
+    batch_series: Annotated[int, typer.Option(min=1, help="Series copied per transaction.")] = 500,
+) -> None:
+    """Move a pod's telemetry to another shard: copy its history while writes go to both, verify the counts
+    per series, switch, remove the old copy. Run it again to finish an interrupted move (docs/operations.md)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from service.cli import console, database_errors
+    from service.shards.rebalance import MoveError, abort_move, move_pod
+    from service.shards.topology import NO_POD, ShardsUnavailable, UnknownShard
+
+    topology = _topology()
+    name = NO_POD if pod == "(no pod)" else pod
+    if to is None and not abort:
+        console.print("[red]error:[/red] --to SHARD is required (or --abort)")
+        raise typer.Exit(2)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=console, transient=True) as bar:
+        tasks: dict[str, object] = {}
+
+        def progress(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total)
+            bar.update(tasks[phase], completed=done, total=total)  # type: ignore[arg-type]
+
+        with database_errors():
+            try:
+                if abort:
+                    target = abort_move(topology, name, batch_series=batch_series, progress=progress)
+                    print(f"{pod}: move to {target} aborted; its copy there removed")
+                    return
+                assert to is not None
+                report = move_pod(topology, name, to, batch_series=batch_series, progress=progress)
+            except (MoveError, UnknownShard) as exc:
+                console.print(f"[red]error:[/red] {str(exc).strip(chr(34))}")
+                raise typer.Exit(1) from None
+            except ShardsUnavailable as exc:
+                console.print(f"[red]error:[/red] {exc}; the move did not go on (run it again when the shard "
+                              f"is back; nothing of it was lost)")
+                raise typer.Exit(1) from None
+    for what, n in sorted(report.extra.items()):
+        console.print(f"[yellow]warning:[/yellow] {what}: {n} samples on {report.target} that {report.source} "
+                      f"lacked (a write that failed on {report.source} after storing on {report.target}): kept")
+    print(f"{pod}: moved from {report.source} to {report.target}: {report.series} series, {report.samples} "
+          f"samples verified, {report.removed_series} series removed from {report.source}"
+          + (" (an interrupted move finished)" if report.resumed else ""))
+    print(f"set FABRICWATCH_SHARDS_PODS to put {pod} under {report.target!r} (the old setting is tolerated "
+          f"with a warning until then)")
+
+
 def refresh(url: str, *, when: str) -> None:
     """After the inventory or the schema changed (`when` says which): with shards configured, `apply` with the
     shards that answer, naming each one skipped; unsharded, nothing."""

@@ -29,7 +29,7 @@ READ_ROLES = ("fabricwatch_grafana",)
 
 
 class PodMoved(RuntimeError):
-    """The setting puts a pod on another shard than the stored map; moving history is not built yet."""
+    """The setting puts a pod on another shard than the stored map: `fabricwatch shards move` copies it."""
 
 
 _ROLLUPS = ("rollup_5m", "rollup_1h")
@@ -109,19 +109,42 @@ def inventory_pods(conn: Connection) -> set[str]:
 
 def store_pod_map(conn: Connection, topology: Topology) -> dict[str, str]:
     """Write the pod -> shard map of the inventory's pods into `shard_pods`; the whole map. A pod that the
-    setting now puts on another shard than the stored one raises PodMoved (rebalancing is not built yet)."""
+    setting puts on another shard than the stored one raises PodMoved: its history has to be copied first
+    (`fabricwatch shards move`, service/shards/rebalance.py). Tolerated: a setting naming the shard a pod is
+    being moved to, or the one its last move came from (not updated yet: a warning)."""
     stored = dict(conn.execute(select(ShardPod.pod, ShardPod.shard)).all())
+    moves = {pod: (to, came) for pod, to, came in conn.execute(select(ShardPod.pod, ShardPod.move_to,
+                                                                      ShardPod.moved_from))}
     wanted = {pod: topology.shard_of(pod or None) for pod in inventory_pods(conn) | set(topology.pod_shard)}
-    moved = sorted(f"{pod or '(no pod)'}: {stored[pod]} -> {shard}" for pod, shard in wanted.items()
-                   if pod in stored and stored[pod] != shard)
+    moved = []
+    for pod, shard in sorted(wanted.items()):
+        if pod not in stored or stored[pod] == shard or moves[pod][0] == shard:
+            continue
+        if moves[pod][1] == shard:
+            log.warning("pod %s was moved from shard %s to %s: the setting still names %s (update "
+                        "FABRICWATCH_SHARDS_PODS)", pod or "(no pod)", shard, stored[pod], shard)
+            continue
+        moved.append(f"{pod or '(no pod)'}: {stored[pod]} -> {shard}")
     if moved:
-        raise PodMoved("the topology moves pods to another shard, which needs their history copied "
-                       "(rebalancing, not built yet): " + ", ".join(moved))
+        raise PodMoved("the topology moves pods to another shard, which needs their history copied: run "
+                       "`fabricwatch shards move <pod> --to <shard>` for each (docs/operations.md), "
+                       "then apply again: " + ", ".join(moved))
     new = {pod: shard for pod, shard in wanted.items() if pod not in stored}
     if new:
         conn.execute(insert(ShardPod).values([{"pod": p, "shard": s} for p, s in sorted(new.items())])
                      .on_conflict_do_nothing())
     return {**stored, **new}
+
+
+def pods_held(conn: Connection) -> dict[str, set[str]]:
+    """Shard -> the pods whose inventory it must hold: its own, one being moved to it, and one whose old
+    copy it still holds (deleted by the move, which needs the devices to find it)."""
+    out: dict[str, set[str]] = {}
+    for pod, shard, to, leftover in conn.execute(select(ShardPod.pod, ShardPod.shard, ShardPod.move_to,
+                                                        ShardPod.leftover)):
+        for s in {shard, to, leftover} - {None}:
+            out.setdefault(s, set()).add(pod)
+    return out
 
 
 def _rows(conn: Connection, table: Any, where: Any) -> list[dict[str, Any]]:
@@ -255,8 +278,9 @@ def apply(topology: Topology, *, allow_down: bool = False) -> Applied:
     control: Engine = get_engine(topology.control_url)
     with control.begin() as conn:
         pod_map = store_pod_map(conn, topology)
+        held = pods_held(conn)
         for shard, url in sorted(topology.shards.items()):
-            pods = {p for p, s in pod_map.items() if s == shard}
+            pods = held.get(shard, set())
             if shard in down or normalize_url(url) == normalize_url(topology.control_url):
                 continue  # down, or the control database doubles as this shard (it has the whole inventory)
             with get_engine(url).begin() as shard_conn:

@@ -15,20 +15,24 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cramjam
 import numpy as np
 from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 from prometheus_client import Counter as PromCounter
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from service.telemetry import remote_write_columns as columns
 from service.telemetry.exporters import Mapper, MapResult
 from service.telemetry.exporters.store import store_mapped
 from service.telemetry.ingest import _MAX_TS_MS, _MIN_TS_MS, IngestReport, timestamp_problem
 from service.telemetry.remote_write_pb2 import Label, LabelSet, RawWriteRequest
+
+if TYPE_CHECKING:
+    from service.shards.topology import Topology
+    from service.telemetry.exporters.mapper import SeriesKey
 
 REMOTE_WRITE_SAMPLES = PromCounter(
     "fabricwatch_remote_write_samples", "Remote-write samples received, by outcome: stored, duplicate, or "
@@ -205,9 +209,21 @@ def _check_ts(ts_ms: np.ndarray, name: Callable[[int], str]) -> None:
         raise RemoteWriteError(400, "Bad timestamp", f"{name(int(bad[0]))}: {timestamp_problem(int(ts_ms[bad[0]]))}")
 
 
+def _store(conn: Connection, mapped: MapResult, mapper: Mapper, batch_rows: int,
+           topology: Topology | None) -> tuple[IngestReport, list[SeriesKey]]:
+    if topology is None:
+        return store_mapped(conn, mapped, mapper, batch_rows=batch_rows, source="remote write")
+    from service.shards.ingest import store_mapped_routed
+
+    return store_mapped_routed(conn, topology, mapped, mapper, batch_rows=batch_rows, source="remote write")
+
+
 def write(engine: Engine, raw: bytes, req: RawWriteRequest | None = None, *, batch_rows: int = 50_000,
-          mapper: Mapper = MAPPER) -> WriteReport:
-    """Map and store one decompressed WriteRequest in one transaction: all of it or nothing. The usual
+          mapper: Mapper = MAPPER, topology: Topology | None = None) -> WriteReport:
+    """Map and store one decompressed WriteRequest in one transaction: all of it or nothing. With shards
+    (`topology`), each series is stored on its device's shard, one transaction per shard
+    (service/shards/ingest.py:store_mapped_routed): a shard that cannot be reached fails the request (503),
+    and the sender's retry stores no duplicate of what the others committed. The usual
     layout is read as columns, which checks its framing (every label set is checked when first decoded);
     any other is parsed and checked whole by `decode` (or `req`, already decoded), and read message by
     message."""
@@ -221,7 +237,7 @@ def write(engine: Engine, raw: bytes, req: RawWriteRequest | None = None, *, bat
         _check_ts(cols.ts_ms, lambda at: dict(labels_of_set(cols.keys[int(who[at])])).get("__name__", "?"))
         with engine.begin() as conn:
             mapped = mapper.map_columns(conn, cols.keys, cols.counts, cols.ts_ms, cols.values, labels_of_set)
-            stored, widths = store_mapped(conn, mapped, mapper, batch_rows=batch_rows, source="remote write")
+            stored, widths = _store(conn, mapped, mapper, batch_rows, topology)
     else:  # another layout (exemplars, histograms, field order): message by message
         assert req is not None
         series = []
@@ -234,7 +250,7 @@ def write(engine: Engine, raw: bytes, req: RawWriteRequest | None = None, *, bat
             series.append((key, samples))
         with engine.begin() as conn:
             mapped = mapper.map_keyed(conn, series, labels)
-            stored, widths = store_mapped(conn, mapped, mapper, batch_rows=batch_rows, source="remote write")
+            stored, widths = _store(conn, mapped, mapper, batch_rows, topology)
     mapper.widths_stored(widths)  # committed
     report = WriteReport(mapped, stored, histograms)
     REMOTE_WRITE_SAMPLES.labels("stored").inc(stored.written)

@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from service.api.auth import ReadScope, require
 from service.api.deps import EngineDep, SettingsDep
 from service.api.problems import Problem
+from service.shards.ingest import topology_of
 from service.telemetry import remote_write as rw
 from service.telemetry.views import _read_body
 
@@ -66,7 +67,10 @@ async def remote_write(request: Request, engine: EngineDep, settings: SettingsDe
         _check_headers(request)
         body = await _read_body(request, settings.max_body_bytes)
         raw = rw.decompress(body, settings.max_body_bytes)
-        report = await run_in_threadpool(rw.write, engine, raw, batch_rows=settings.ingest_batch_rows)
+        # with shards, each series on its device's shard (service/shards/ingest.py)
+        topology = topology_of(settings, engine.url.render_as_string(hide_password=False))
+        report = await run_in_threadpool(rw.write, engine, raw, batch_rows=settings.ingest_batch_rows,
+                                         topology=topology)
     except rw.RemoteWriteError as exc:
         rw.REMOTE_WRITE_REQUESTS.labels(str(exc.status)).inc()
         rw.TOTALS.refuse(exc.status, exc.detail)
