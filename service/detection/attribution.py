@@ -511,6 +511,11 @@ def _summary(b: Builder, kind: str, p: int) -> tuple[str, list[Evidence]]:
         q = int(st.fabric.peer[p])
         since = max(int(st.down_since[p]), int(st.down_since[q]) if q >= 0 else 0)
         down = f"; the link is down since {_utc(since)}" if since > 0 else ""
+        if since > 0 and n < st.cfg.flap_storm_count:  # the storm's flaps have left the window: still down
+            return (f"link down after a flap storm on {dev}:{port}: down since {_utc(since)} "
+                    f"({_duration(f.at_ms - since)}); {many} flaps within the last {win / 60:.0f} min now",
+                    [_ev("flaps_in_window", float(n), 0.0, None, f"per {win / 60:.0f} min"),
+                     _ev("down_for_s", (f.at_ms - since) / 1000, 0.0, None, "s", f"since {_utc(since)}")])
         return (f"link flap storm on {dev}:{port}: {many} flaps within the last {win / 60:.0f} min "
                 f"({st.cfg.flap_storm_count} or more is a storm){down}",
                 [_ev("flaps_in_window", float(n), 0.0, None, f"per {win / 60:.0f} min"),
@@ -576,12 +581,18 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
     b = Builder(st, f, cond, at_ms)
     active = {k: firing[k] | holding[k] for k in firing}
     # a down link explains whatever else its two ends show (dark rx, no traffic, the flaps that took it down)
+    link_down = _either_end(active["link_down"], fab.peer)
+    # a link that went down at the end of a flap storm: the storm is the cause (a 15 min cycle reads the storm and
+    # the down run at once; a 60 s one saw the storm first), and its finding says the link is down for as long as
+    # it stays down, after its flaps have left the window too: one alert, not a storm page then a link-down page
+    st.storm_down &= link_down
+    storm_left = st.storm_down & ~active["flap_storm"]
+    if storm_left.any():
+        firing = {**firing, "flap_storm": firing["flap_storm"] | (storm_left & _either_end(firing["link_down"],
+                                                                                           fab.peer))}
+        active["flap_storm"] = active["flap_storm"] | storm_left
     if "link_down" in active:
-        # a link that went down at the end of a flap storm: the storm is the cause while its flaps are in the
-        # window (a 15 min cycle reads the storm and the down run at once; a 60 s one saw the storm first), and
-        # its finding says the link is down; the link-down finding takes over when the window has passed
-        if "flap_storm" in active:
-            active["link_down"] = active["link_down"] & ~_either_end(active["flap_storm"], fab.peer)
+        active["link_down"] = active["link_down"] & ~_either_end(active["flap_storm"], fab.peer)
         down = _either_end(active["link_down"], fab.peer)
         for k in active:
             if k != "link_down":
@@ -627,7 +638,10 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
             active[k] = active[k] & ~shared_links
     for k in ("flap_storm", "loose_module", "link_down"):
         if k in active:
-            active[k] = link_dedupe(active[k], cond.score[k], fab.peer, st.onset[k])
+            active[k] = link_dedupe(active[k] & ~storm_left if k == "flap_storm" else active[k], cond.score[k],
+                                    fab.peer, st.onset[k])
+    active["flap_storm"] |= storm_left  # the end whose storm alert goes on
+    st.storm_down |= active["flap_storm"] & link_down
     for d in np.flatnonzero(dev_fire | dev_hold).tolist():
         ports = np.flatnonzero((fab.dev == d) & members)
         names = [fab.port_names[p] for p in ports.tolist()]

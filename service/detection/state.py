@@ -650,6 +650,7 @@ class FeatureState:
         self.dark_since = {m: np.zeros(L, np.int64) for m in DARK_METRICS}
         self.pf_carry = np.zeros(P, bool)              # a post-FEC alert carries this port's optical episode
         self.pf_last_ms = np.zeros(P, np.int64)        # last cycle a post-FEC finding of its own was built
+        self.storm_down = np.zeros(P, bool)            # a flap storm's end whose link went down: its alert goes on
         # layer-1 results, refreshed at each trend bucket close and kept until the next
         self.lane_trend = {k: np.full(L, np.nan) for k in ("rx_slope", "rx_level", "ttt_warn", "ttt_alarm",
                                                             "bias_slope")}
@@ -847,7 +848,7 @@ class FeatureState:
                                     "down_since": self.down_since, "down_from_up": self.down_from_up,
                                     "oper_gap": self.oper_gap,
                                     **{f"dark|{m}": v for m, v in self.dark_since.items()},
-                                    "pf_carry": self.pf_carry, "pf_last_ms": self.pf_last_ms,
+                                    "pf_carry": self.pf_carry, "pf_last_ms": self.pf_last_ms, "storm_down": self.storm_down,
                                     "flap_t": self.flaps.t}
         for m, t in self.gauges.items():
             for f in t.FIELDS:

@@ -481,9 +481,10 @@ def test_a_switch_to_switch_link_down_is_a_ticket() -> None:
 
 @pytest.mark.parametrize("cycle_every", [1, 15])
 def test_a_storm_that_ends_with_the_link_down_is_the_storm_at_any_cycle_step(cycle_every: int) -> None:
-    """A flap storm whose link then stays down: the storm is the first finding, whether the cycles read every poll
-    or read the storm and the down run at once (a 15-minute cycle); the link-down finding follows when the storm's
-    flaps leave the window."""
+    """A flap storm whose link then stays down: the storm is the finding, whether the cycles read every poll or
+    read the storm and the down run at once (a 15-minute cycle), and it stays the one finding (one alert, one
+    page) while the link stays down, after the storm's flaps have left the window too; when the link comes back
+    up it ends."""
     d = Driver()
     warm(d, 30)
     p = d.port("leaf", "Ethernet1/5")
@@ -493,19 +494,21 @@ def test_a_storm_that_ends_with_the_link_down_is_the_storm_at_any_cycle_step(cyc
     rx = d.rx.copy()
     for x in (p, q):
         rx[d.fab.lane_off[x]:d.fab.lane_off[x + 1]] = -40.0
-    out = []
-    for k in range(60):
-        storming = k < 3
-        d.oper[[p, q]] = 1 if storming else 0
-        d.step(inc={"port_link_down_events_total": link} if storming else None, rx=None if storming else rx)
+    out, start = [], d.t
+    for k in range(90):
+        storming, down = k < 3, 3 <= k < 75
+        d.oper[[p, q]] = 0 if down else 1
+        d.step(inc={"port_link_down_events_total": link} if storming else None, rx=rx if down else None)
         if (k + 1) % cycle_every == 0:
             out += d.cycle()
-    fired = [x for x in firing(out) if {x.port, x.peer_port} & {"Ethernet1/5"}]
+    fired = [x for x in out if {x.port, x.peer_port} & {"Ethernet1/5"} and x.physical]
     assert fired and fired[0].kind == "flap_storm" and fired[0].cause is Cause.FLAP_STORM
-    assert "the link is down since" in [x for x in fired if x.kind == "flap_storm"][-1].summary
-    storm_end = max(x.at_ms for x in fired if x.kind == "flap_storm")
-    assert {x.kind for x in fired} == {"flap_storm", "link_down"}
-    assert min(x.at_ms for x in fired if x.kind == "link_down") > storm_end  # one finding at a time
+    assert {(x.kind, x.device, x.port) for x in fired} == {("flap_storm", fired[0].device, fired[0].port)}
+    assert any("the link is down since" in x.summary for x in fired)
+    last_down = start + 75 * 60_000  # the last down poll (polls every 60 s)
+    assert max(x.at_ms for x in fired) >= last_down - cycle_every * 60_000  # on for the whole down run
+    assert "link down after a flap storm" in fired[-1].summary  # the flaps have left the 30 min window
+    assert max(x.at_ms for x in fired) <= last_down + 60_000  # up again: over
 
 
 def test_physical_findings_carry_the_host_nics_roce_retransmit_and_timeout_rates() -> None:
