@@ -266,3 +266,47 @@ def test_the_grafana_role_reads_the_fleet_tables(loaded: Cluster) -> None:
         conn.execute(text("SET LOCAL ROLE fabricwatch_grafana"))
         with pytest.raises(Exception, match="permission denied"):
             conn.execute(text("SELECT * FROM shard_pods"))
+
+
+def test_the_documented_fleet_panel_query_runs_as_grafana(loaded: Cluster) -> None:
+    """docs/dashboards.md's example panel over `fleet.latest`, as Grafana's role (`$pod` expanded)."""
+    from tests.paths import REPO
+
+    doc = (REPO / "docs/dashboards.md").read_text()
+    sql = doc.split("## Sharded deployments", 1)[1].split("```sql\n", 1)[1].split("```", 1)[0]
+    with loaded.engine.begin() as conn:
+        conn.execute(text("SET LOCAL ROLE fabricwatch_grafana"))
+        rows = conn.execute(text(sql.replace("$pod", "'p1', 'p2'"))).all()
+    assert [tuple(r) for r in rows] == [("p1", 0, 1), ("p2", 1, 1)]
+
+
+# --- which dashboard panels read what ------------------------------------------------------------------------
+
+_TELEMETRY = ("series", "samples", "samples_between", "last_samples", "sample_rows", "sample_blocks", "rollup_5m",
+              "rollup_1h")
+_OTHER = ("alerts", "alert_events", "drain_recommendations", "drain_breaker", "incidents", "incident_events",
+          "nccl_runs", "nccl_results", "nccl_baselines", "target_status", "links", "devices", "ports", "optics")
+
+
+def test_the_sharded_panel_table_in_the_docs_matches_the_dashboards() -> None:
+    """docs/dashboards.md lists every panel with the tables it reads and whether it works when sharded."""
+    import json
+    import re
+
+    from tests.paths import REPO
+
+    want = set()
+    for path in sorted((REPO / "dashboards").glob("*.json")):
+        for panel in json.loads(path.read_text()).get("panels", []):
+            for target in panel.get("targets", []):
+                if not target.get("rawSql"):
+                    continue
+                words = set(re.findall(r"[a-z_]+", target["rawSql"].lower()))
+                reads = [t for t in _TELEMETRY + _OTHER if t in words]
+                sharded = "telemetry: empty when sharded" if set(reads) & set(_TELEMETRY) else "control: works"
+                want.add((path.name, panel["title"], ", ".join(f"`{t}`" for t in reads), sharded))
+    doc = (REPO / "docs/dashboards.md").read_text().split("## Sharded deployments", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in doc.splitlines()
+            if line.startswith("| `")]
+    got = {(f.strip("`"), title, reads, sharded) for f, title, reads, sharded in rows}
+    assert got == want
