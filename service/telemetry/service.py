@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, TextClause, text
 
 from service.config import get_settings
 from service.observability import INGEST_ERRORS, INGESTED_ROWS
@@ -75,18 +76,24 @@ class SeriesResult:
     points: list[tuple[int, float | None]]
 
 
-_SERIES_SQL = """
+_SERIES_FILTERS = {"device": "d.name = :device", "port": "p.name = :port", "lane": "s.lane = :lane",
+                   "priority": "s.priority = :priority", "gpu": "s.gpu = :gpu"}
+
+
+@functools.cache
+def _series_sql(given: tuple[str, ...]) -> TextClause:
+    """The series lookup with a condition for each given filter only. psycopg prepares a statement run often,
+    and PostgreSQL then keeps one generic plan: with `(:x IS NULL OR ...)` conditions that plan could not use
+    an index, so each request was planned afresh (0.1 ms of database CPU, and text() parsed the SQL again)."""
+    where = "".join(f" AND {_SERIES_FILTERS[k]}" for k in given)
+    return text(f"""
 SELECT s.id, s.metric, d.name, p.name, s.lane, s.priority, s.gpu, s.counter_bits, s.saturating
 FROM series s JOIN devices d ON d.id = s.device_id LEFT JOIN ports p ON p.id = s.port_id
-WHERE s.metric = :metric
-  AND (CAST(:device AS text) IS NULL OR d.name = :device)
-  AND (CAST(:port AS text) IS NULL OR p.name = :port)
-  AND (CAST(:lane AS int) IS NULL OR s.lane = :lane)
-  AND (CAST(:priority AS int) IS NULL OR s.priority = :priority)
-  AND (CAST(:gpu AS int) IS NULL OR s.gpu = :gpu)
+WHERE s.metric = :metric{where}
 ORDER BY d.name, p.name NULLS FIRST, s.lane NULLS FIRST, s.priority NULLS FIRST, s.gpu NULLS FIRST
 LIMIT :limit
-"""
+""")
+
 
 def _per_series(conn: Connection, sids: list[int], start: datetime, end: datetime
                 ) -> dict[int, tuple[list[int], list[float]]]:
@@ -126,9 +133,10 @@ def query_series(
     if mdef is None:
         raise KeyError(metric)
     is_counter = mdef.kind is catalogue.Kind.COUNTER and not raw
-    found = conn.execute(text(_SERIES_SQL), {
-        "metric": metric, "device": device, "port": port, "lane": lane, "priority": priority,
-        "gpu": gpu, "limit": max_series}).all()
+    filters = {"device": device, "port": port, "lane": lane, "priority": priority, "gpu": gpu}
+    given = tuple(k for k, v in filters.items() if v is not None)
+    found = conn.execute(_series_sql(given), {"metric": metric, "limit": max_series,
+                                              **{k: filters[k] for k in given}}).all()
     level = None if raw else _pick_level(end - start, step_s, level_after_s)
     if level is not None:
         return _query_rollups(conn, level, mdef, found, start, end, step_s, is_counter)

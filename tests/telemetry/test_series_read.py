@@ -5,6 +5,7 @@ made once, still sees partitions created and dropped after it."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
@@ -16,8 +17,9 @@ from sqlalchemy import Engine, text
 from service.telemetry.compress import run_compression
 from service.telemetry.partitions import existing_partitions
 from service.telemetry.samples import Sample
-from service.telemetry.service import ingest_samples
+from service.telemetry.service import ingest_samples, query_series
 from service.telemetry.store import Samples, read_samples
+from tests.factories import add_hosts
 from tests.telemetry import drop_day_partitions
 from tests.telemetry.test_compress import END, T0, _ms, _seed
 
@@ -108,3 +110,34 @@ def test_one_sessions_plan_sees_new_and_dropped_partitions(db: Engine, pg: psyco
                 conn.execute(text(f"DROP TABLE {name}"))
     cut = _ms(T0 + timedelta(days=1)) * 1000
     assert _rows(read_samples(pg, *wide, [1, 3])) == [r for r in got if r[1] >= cut]
+
+
+def test_series_lookup_every_filter_combination(db: Engine) -> None:
+    """The lookup's SQL has a condition per given filter only (service.py, _series_sql): every combination of
+    filters, each absent, matching or matching nothing, finds the series a filter in Python finds, in order."""
+    add_hosts(db, 2, ports=2)
+    t = _ms(END)
+    labels: dict[str, list[tuple[str, str | None, int | None, int | None, int | None]]] = {
+        "optic_rx_power_dbm": [(d, p, lane, None, None) for d in ("h-000", "h-001") for p in ("eth0", "eth1")
+                               for lane in (0, 1, 3)],
+        "port_pfc_rx_pause_frames_total": [(d, p, None, prio, None) for d in ("h-000", "h-001")
+                                           for p in ("eth0", "eth1") for prio in (3, 4)],
+        "gpu_nvlink_crc_errors_total": [(d, None, None, None, g) for d in ("h-000", "h-001") for g in (0, 5)],
+    }
+    ingest_samples(engine=db, samples=[Sample(m, 1.0, t, d, p, lane=ln, priority=pr, gpu=g)
+                                       for m, keys in labels.items() for d, p, ln, pr, g in keys])
+    choices = {"device": (None, "h-001", "h-009"), "port": (None, "eth1", "eth7"), "lane": (None, 3, 2),
+               "priority": (None, 4, 6), "gpu": (None, 5, 1)}
+    names = list(choices)
+    checked = 0
+    with db.connect() as conn:
+        for metric, keys in labels.items():
+            for combo in itertools.product(*choices.values()):
+                filters = dict(zip(names, combo, strict=True))
+                want = sorted((k for k in keys if all(v is None or k[i] == v for i, v in enumerate(combo))),
+                              key=lambda k: tuple((x is not None, x if x is not None else 0) for x in k))
+                got = query_series(conn=conn, metric=metric, start=END - timedelta(minutes=1), end=END, raw=True,
+                                   **filters)
+                assert [(r.device, r.port, r.lane, r.priority, r.gpu) for r in got] == want, (metric, filters)
+                checked += len(want)
+    assert checked == 72  # series found, over all the combinations
