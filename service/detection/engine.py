@@ -38,6 +38,7 @@ class Engine:
             self._trend_close(st, at_ms)
             st.next_bucket_ms = (at_ms // cfg.trend_bucket_ms + 1) * cfg.trend_bucket_ms
         cond = rules.evaluate(f, st)
+        hits.update(cond.hits)  # rate-window conditions: which of their windows held (rules.WINDOWED)
         for k in rules.OPTICAL:  # dark optics awaiting port state: not an observation (kept as they were)
             fresh[k] = fresh[k] & ~cond.wait
         X = if_matrix(f, st)

@@ -42,8 +42,12 @@ INPUTS: dict[str, tuple[str, ...]] = {
 # longer than the poll) is m observations of it, so persistence takes the same data time whatever the cycle
 # step. Post-FEC counts the polls with errors among them; BER (a ratio of counters) its rate windows of about
 # Config.rate_window_ms (a poll, or shorter polls merged), each held or not on its own rate (`ber_windows`).
-# The rest (ratios of counters at different cadences: ECN share, pause duty) count one observation per cycle.
 PER_POLL = ("optical_degradation", "dom_threshold", "bias_drift", "host_side", "post_fec_errors", "ber_degradation")
+# Rules on counter rates that count rate windows as BER does (`rate_windows`): the tx pause duty and the ECN-marked
+# packet rate, each window held or not on its own rate (the worst priority's duty; the ECN rate against the share
+# of the cycle's rx packet rate), the pause-storm event counters their polls merged the same way. A cycle that
+# closed no window of them (shorter than a window) observes nothing: the window counts when it closes.
+WINDOWED = ("pause_storm", "congestion")
 # Rules evaluated on data-time state every cycle (a flap ring, decayed penalties, a run of down readings):
 # their inputs carry their own time, so each cycle is an observation.
 TIMED = ("flap_storm", "loose_module", "link_down")
@@ -58,6 +62,7 @@ class Conditions:
     score: dict[str, np.ndarray] = field(default_factory=dict)   # kind -> (P,) float
     blocked: dict[str, np.ndarray] = field(default_factory=dict)   # kind -> (P,) uint8 (state.BLOCKED code)
     degraded: dict[str, np.ndarray] = field(default_factory=dict)  # kind -> (P,) uint16 (state.DEGRADED bits)
+    hits: dict[str, np.ndarray] = field(default_factory=dict)    # kind -> (P,) int: held observations (WINDOWED)
     lane_deg: np.ndarray | None = None                           # (L,) bool: degraded optical lanes
     optics_ok: np.ndarray | None = None                          # (P,) bool: in service (optical rules run)
     wait: np.ndarray | None = None                               # (P,) bool: dark optics awaiting port state
@@ -84,6 +89,36 @@ def ber_windows(st: FeatureState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     corr = st.counters["port_fec_corrected_bits_total"]
     use = (corr.o_n > 0) & np.isfinite(corr.thr)
     return use, corr.o_n.astype(np.int64), corr.o_hit.astype(np.int64)
+
+
+def _pause_port(st: FeatureState, per_prio: np.ndarray, glob: np.ndarray) -> np.ndarray:
+    """(P,) a per-priority PFC pause value reduced to its port (the worst priority), else the global pause's."""
+    P = st.fabric.P
+    pfc = st.counters["port_pfc_tx_pause_seconds_total"].seen().reshape(P, NPRIO).any(axis=1)
+    return np.where(pfc, per_prio.reshape(P, NPRIO).max(axis=1), glob)
+
+
+def rate_windows(st: FeatureState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(P,) the rate windows (about Config.rate_window_ms of data each) this cycle closed: of tx pause (worst
+    priority, else global pause), of ECN-marked packets, and of the pause-storm event counters (their polls merged
+    into windows), with how many of the last that brought an event."""
+    c, rw = st.counters, max(st.cfg.rate_window_ms, 1)
+    pause = _pause_port(st, c["port_pfc_tx_pause_seconds_total"].o_n, c["port_tx_pause_seconds_total"].o_n)
+    ev = np.zeros(st.fabric.P, np.int64)
+    ev_hit = np.zeros(st.fabric.P, np.int64)
+    for m in ("port_pause_storm_warning_events_total", "port_pause_storm_error_events_total"):
+        ct = c[m]
+        n = np.where(ct.acc_n > 0, np.clip(np.rint(ct.acc_ms / rw), 1, np.maximum(ct.acc_n, 1)), 0).astype(np.int64)
+        ev = np.maximum(ev, n)
+        ev_hit = np.maximum(ev_hit, np.minimum(ct.acc_nz, n))
+    return pause.astype(np.int64), c["port_ecn_marked_packets_total"].o_n.astype(np.int64), ev, ev_hit
+
+
+def pause_windows_at(st: FeatureState, duty: float) -> np.ndarray:
+    """(P,) this cycle's tx pause windows whose duty (pause seconds per second) reached `duty`, worst priority."""
+    c = st.counters
+    return _pause_port(st, c["port_pfc_tx_pause_seconds_total"].windows_at(duty),
+                       c["port_tx_pause_seconds_total"].windows_at(duty))
 
 
 def set_ber_threshold(st: FeatureState) -> None:
@@ -153,6 +188,10 @@ def fresh_kinds(st: FeatureState) -> tuple[dict[str, np.ndarray], dict[str, np.n
     polls["ber_degradation"] = np.where(fb, np.maximum(np.where(use, wins, gauge_polls), 1), 0)
     hits = {"post_fec_errors": np.minimum(nz, polls["post_fec_errors"]),
             "ber_degradation": np.where(use, wins_hit, polls["ber_degradation"])}
+    # pause duty and ECN share: the rate windows closed this cycle (held ones: `evaluate`, Conditions.hits)
+    pause_n, ecn_n, ev_n, _ = rate_windows(st)
+    for kind, n in (("pause_storm", np.maximum(pause_n, ev_n)), ("congestion", np.maximum(pause_n, ecn_n))):
+        fresh[kind], polls[kind] = n > 0, n
     return fresh, obs_ms, polls, hits
 
 
@@ -304,7 +343,14 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
                            f.rx_bps_low < cfg.pause_storm_rx_floor_bps)
         drained = np.where(np.isfinite(f.rx_util_low) | np.isfinite(f.rx_bps_low), drained, True)
         pstorm = _t(f.storm_events > 0) | (_t(f.tx_pause_duty >= cfg.pause_storm_duty) & drained)
+        # counted per rate window (WINDOWED): a window holds at ~100 % pause (or brought a stall event); "draining
+        # nothing" is read on the cycle's least-loaded window
+        pause_n, ecn_n, ev_n, ev_hit = rate_windows(st)
+        storm_hits = np.maximum(ev_hit, np.where(drained, pause_windows_at(st, cfg.pause_storm_duty), 0))
+        storm_hits = np.where(fab.is_host, storm_hits, 0)
+        pstorm = np.where((pause_n > 0) | (ev_n > 0), storm_hits > 0, _t(pstorm))
         out.raw["pause_storm"] = _t(pstorm) & fab.is_host
+        out.hits["pause_storm"] = storm_hits
         out.score["pause_storm"] = np.nan_to_num(f.tx_pause_duty, nan=0.0)
         pause_seen = c["port_pfc_tx_pause_seconds_total"].seen().reshape(P, NPRIO).any(axis=1) | \
             c["port_tx_pause_seconds_total"].seen()
@@ -332,7 +378,16 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
         pausing = (f.tx_pause_duty_mean >= cfg.congestion_pause_duty) & ~out.raw["pause_storm"] & \
             ~out.raw["host_side"]
         cong = (f.ecn_frac >= cfg.congestion_ecn_frac) | pausing
+        # counted per rate window (WINDOWED): an ECN window holds when its marked-packet rate is the share of the
+        # cycle's rx packet rate, a pause window at the congestion duty (worst priority) unless the port storms
+        pkt = c["port_rx_packets_total"].rate()
+        ecn_thr = np.where(_t(pkt > 0), cfg.congestion_ecn_frac * pkt, np.nan)
+        cong_hits = np.maximum(c["port_ecn_marked_packets_total"].windows_at(ecn_thr),
+                               np.where(out.raw["pause_storm"] | out.raw["host_side"], 0,
+                                        pause_windows_at(st, cfg.congestion_pause_duty)))
+        cong = np.where((pause_n > 0) | (ecn_n > 0), cong_hits > 0, _t(cong))
         out.raw["congestion"] = _t(cong)
+        out.hits["congestion"] = cong_hits
         out.score["congestion"] = np.nan_to_num(f.ecn_frac, nan=0.0)
         blk["congestion"][~c["port_ecn_marked_packets_total"].seen() & ~pause_seen] = 12
 

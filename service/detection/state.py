@@ -48,8 +48,10 @@ GAUGE_MINMAX = ("port_oper_up", "port_admin_up", "port_pre_fec_ber")
 # a short storm or BER burst inside a long cycle is not averaged away, whatever the cycle step
 COUNTER_SUB = ("port_pfc_tx_pause_seconds_total", "port_tx_pause_seconds_total", "port_rx_bytes_total",
                "port_fec_corrected_bits_total")
-# counters whose rate is a level condition counted per observation window, not per cycle (BER: corrected bits)
-COUNTER_LEVEL = ("port_fec_corrected_bits_total",)
+# counters whose rate is a level condition counted per observation window, not per cycle (BER: corrected bits;
+# pause duty: tx pause seconds; the ECN share: ECN-marked packets)
+COUNTER_LEVEL = ("port_fec_corrected_bits_total", "port_pfc_tx_pause_seconds_total", "port_tx_pause_seconds_total",
+                 "port_ecn_marked_packets_total")
 EPOCH_MS = 946_684_800_000  # 2000-01-01Z: observation times are stored as uint32 seconds since then
 
 NRZ_FEC_LIMIT = 5e-5   # KR4 RS(528,514), detection.md F11 [UNVERIFIED]
@@ -208,21 +210,25 @@ class CounterTrack:
     BASE = ("last", "last_ts", "bits", "sat", "acc", "acc_ms", "acc_n", "acc_nz", "unknown", "h_acc", "h_ms",
             "h_ts")
     SUB = ("s_acc", "s_ms", "pk", "lo", "h_pk", "h_lo")
-    LEVEL = ("o_acc", "o_ms", "o_n", "o_hit", "thr")
+    LEVEL = ("o_acc", "o_ms", "thr")  # saved: the running window and its threshold (o_n, o_hit, o_top: per cycle)
 
-    def __init__(self, n: int, sub_ms: int = 0, level: bool = False) -> None:
+    def __init__(self, n: int, sub_ms: int = 0, level_ms: int = 0) -> None:
         self.sub_ms = sub_ms
-        self.level = level and sub_ms > 0
+        self.level_ms = level_ms
+        self.level = level_ms > 0
         if self.level:
-            # a rate level's observations (BER): windows of about sub_ms of data (a poll, or polls shorter than
-            # it merged; closed at 90 % of it, so a 60 s poll with jitter is one), counted per cycle (o_n), with
-            # those whose rate reached `thr` (o_hit; per second, NaN: none set). The window spans cycles, so a
+            # a rate level's observations (BER, pause duty, ECN share): windows of about level_ms of data (a poll,
+            # or polls shorter than it merged; closed at 90 % of it, so a 60 s poll with jitter is one), counted
+            # per cycle (o_n), with those whose rate reached `thr` (o_hit; per second, NaN: none set) and the
+            # largest HIST window rates of the cycle (o_top, per second; -inf: none), for conditions whose rate
+            # threshold is only known at the cycle (a share of another counter). The window spans cycles, so a
             # cycle step longer than the poll brings one observation per poll, as a 60 s step does one by one
             self.o_acc = np.zeros(n)
             self.o_ms = np.zeros(n, np.int64)
             self.o_n = np.zeros(n, np.int32)
             self.o_hit = np.zeros(n, np.int32)
             self.thr = np.full(n, np.nan)
+            self.o_top = np.full((n, HIST), -np.inf, np.float32)  # this cycle's only (reset by roll)
         self.last = np.full(n, np.nan)
         self.last_ts = np.zeros(n, np.int64)
         self.bits = np.zeros(n, np.int16)       # 0: width unknown (64-bit native)
@@ -285,11 +291,16 @@ class CounterTrack:
         if self.level:
             self.o_acc[k_idx] += k_inc
             self.o_ms[k_idx] += k_dt
-            done = k_idx[self.o_ms[k_idx] * 10 >= self.sub_ms * 9]
+            done = k_idx[self.o_ms[k_idx] * 10 >= self.level_ms * 9]
             if len(done):
                 rate = self.o_acc[done] * 1000.0 / self.o_ms[done]
                 self.o_n[done] += 1
                 self.o_hit[done] += ((rate >= self.thr[done]) & (rate > 0)).astype(np.int32)  # NaN: never
+                top = self.o_top[done]  # keep the HIST largest: persistence counts at most HIST per cycle
+                j = top.argmin(axis=1)
+                rows = np.arange(len(done))
+                top[rows, j] = np.maximum(top[rows, j], rate)
+                self.o_top[done] = top
                 self.o_acc[done], self.o_ms[done] = 0.0, 0
         if fin.all():  # a NaN reading keeps the previous one as the reference
             self.last[idx], self.last_ts[idx] = val, ts
@@ -325,6 +336,13 @@ class CounterTrack:
         """The held observation's increase; NaN where none."""
         return np.where(self.h_ms > 0, self.h_acc, np.nan)
 
+    def windows_at(self, thr: np.ndarray | float) -> np.ndarray:
+        """How many of this cycle's level windows reached `thr` (per second, per entity or one for all; NaN:
+        none), at most HIST (the largest window rates are kept)."""
+        with np.errstate(invalid="ignore"):
+            t = np.broadcast_to(np.asarray(thr, float), self.o_n.shape)[:, None]
+            return ((self.o_top >= t) & (self.o_top > 0)).sum(axis=1).astype(np.int64)
+
     def seen(self) -> np.ndarray:
         """Entities that have reported this counter at all."""
         return self.last_ts > 0
@@ -340,6 +358,7 @@ class CounterTrack:
         if self.level:
             self.o_n[:] = 0
             self.o_hit[:] = 0
+            self.o_top[:] = -np.inf
 
 
 class DecayedCount:
@@ -605,7 +624,8 @@ class FeatureState:
         for m, axis in AXIS.items():
             n = {"port": P, "lane": L, "prio": P * NPRIO}[axis]
             if catalogue.is_counter(m):
-                self.counters[m] = CounterTrack(n, cfg.rate_window_ms if m in COUNTER_SUB else 0, m in COUNTER_LEVEL)
+                self.counters[m] = CounterTrack(n, cfg.rate_window_ms if m in COUNTER_SUB else 0,
+                                             cfg.rate_window_ms if m in COUNTER_LEVEL else 0)
             else:
                 self.gauges[m] = GaugeTrack(n, m in GAUGE_MINMAX)
         self.fresh_m: dict[str, np.ndarray] = {m: np.zeros(0, bool) for m in AXIS}  # set by settle()
