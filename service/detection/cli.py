@@ -122,25 +122,42 @@ def detect_command(
     name: Annotated[str, typer.Option(help="Detector state name.")] = "default",
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
-    """Run one live cycle at data time T: new samples only, then alerts and drain recommendations."""
-    from service.cli import console, database_errors
+    """Run one live cycle at data time T: new samples only, then alerts and drain recommendations. With shards,
+    every shard's cycle in turn (a shard that fails is named, exit 1, and the others run)."""
+    from service.cli import console, database_errors, database_url_or_exit, settings_or_exit
     from service.detection.service import iso_time
     from service.pipeline import run_cycle
 
     at_ms = parse_time_ms(at)
+    settings = settings_or_exit()
+    failed: dict[str, str] = {}
     try:
         with database_errors():
-            outcome = run_cycle(_engine(), at_ms, name=name)
+            if settings.shards.urls:
+                from service.shards.detection import run_all_shards
+                from service.shards.topology import Topology
+
+                topology = Topology.of(database_url_or_exit(settings), settings.shards)
+                done, failed = run_all_shards(topology, at_ms, name=name)
+                outcomes = {f"shard {s}: ": c.outcome for s, c in done.items()}
+            else:
+                outcomes = {"": run_cycle(_engine(), at_ms, name=name)}
     except ValueError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
-    _print(outcome.findings, as_json)
-    _write_changes(outcome, {}, as_json, sys.stdout)
-    changes = outcome.changes
-    console.print(f"cycle at {iso_time(at_ms)}: {len(outcome.findings)} findings; alerts: {len(changes.opened)} "
-                  f"opened, {len(changes.reopened)} reopened, {len(changes.resolved)} resolved")
-    if outcome.drains:
-        console.print(f"drain recommendations: {outcome.drains}")
+    for label, outcome in outcomes.items():
+        _print(outcome.findings, as_json)
+        _write_changes(outcome, {}, as_json, sys.stdout)
+        changes = outcome.changes
+        console.print(f"{label}cycle at {iso_time(at_ms)}: {len(outcome.findings)} findings; alerts: "
+                      f"{len(changes.opened)} opened, {len(changes.reopened)} reopened, "
+                      f"{len(changes.resolved)} resolved")
+        if outcome.drains:
+            console.print(f"{label}drain recommendations: {outcome.drains}")
+    for shard, why in failed.items():
+        console.print(f"[red]error:[/red] shard {shard}: the cycle failed: {why}")
+    if failed:
+        raise typer.Exit(1)
 
 
 @app.command("backtest")

@@ -224,7 +224,7 @@ def test_with_one_shard_down_the_other_shards_detection_runs_and_alerts(bed: Bed
     cluster, engine = bed.cluster, bed.cluster.engine
     _gap_target(engine, "leaf-p1-01")  # shard a's device
     _gap_target(engine, "leaf-p2-01")  # shard b's
-    t = bed.times(3)
+    t = bed.times(4)
     redis = broker_url if broker_url.startswith("redis") else None
     shards = cluster.settings()
     env = {**os.environ, "FABRICWATCH_DATABASE_URL": cluster.control_url,
@@ -253,6 +253,12 @@ def test_with_one_shard_down_the_other_shards_detection_runs_and_alerts(bed: Bed
         # the cycle run here says what it could not read: the p2 leaves' ends of the spine's links
         direct = run_shard_cycle(cluster.topology(), "a", t[1])
         assert list(direct.far_missing) == ["b"] and "telemetry_gap/leaf-p2-01" not in _alerts(engine)
+        # `fabricwatch detect` runs every shard's cycle: a's runs, b's is named, exit 1
+        cli = subprocess.run([sys.executable, "-m", "service.cli", "detect", "--at", str(t[2])], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert cli.returncode == 1, cli.stderr[-2000:]
+        assert "shard a: cycle at" in cli.stderr and "shard b: the cycle failed" in cli.stderr, cli.stderr[-2000:]
+        assert _scalar(bed.url("a"), "SELECT last_cycle_ms FROM detector_state WHERE name = 'default'") == t[2]
     finally:
         worker.terminate()
         try:
@@ -264,7 +270,7 @@ def test_with_one_shard_down_the_other_shards_detection_runs_and_alerts(bed: Bed
     log = err.decode(errors="replace")
     # b's task failed on its own queue, naming the refused connection
     assert "fabricwatch.run_detection" in log and "Connection refused" in log, log[-3000:]
-    back = run_shard_cycle(cluster.topology(), "b", t[2])
-    assert back.far_missing == {} and back.far_samples == 0  # nothing new at the far ends since 75 min
+    back = run_shard_cycle(cluster.topology(), "b", t[3])
+    assert back.far_missing == {}
     assert _alerts(engine)["telemetry_gap/leaf-p2-01"].state == "firing"
-    assert _scalar(bed.url("b"), "SELECT last_cycle_ms FROM detector_state WHERE name = 'default'") == t[2]
+    assert _scalar(bed.url("b"), "SELECT last_cycle_ms FROM detector_state WHERE name = 'default'") == t[3]
