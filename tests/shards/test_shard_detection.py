@@ -15,9 +15,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
 import pytest
 from celery import Celery
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from service.alerts.service import apply_findings
@@ -25,6 +27,7 @@ from service.config import load_settings
 from service.db import get_engine
 from service.detection.findings import Action, Cause, Finding, Severity
 from service.detection.service import detect_in, load_fabric
+from service.detection.state import Config
 from service.inventory.schemas import Inventory
 from service.inventory.service import upsert_inventory
 from service.shards.detection import ShardCycle, ownership, run_shard_cycle
@@ -185,6 +188,46 @@ def test_a_shards_cycle_never_resolves_another_shards_alert(bed: Bed) -> None:
         actors = conn.execute(text("SELECT at_ms FROM alert_events e JOIN alerts a ON a.id = e.alert_id "
                                    "WHERE a.fingerprint = :f AND e.event = 'resolved'"), {"f": fp}).scalars().all()
     assert len(actors) == 1 and actors[0] in t[6:]
+
+
+def test_a_failure_between_the_control_commit_and_the_shards_loses_nothing(bed: Bed) -> None:
+    """The control database commits findings and alerts first; the shard's connection then dies at its commit.
+    The shard keeps its old state, so the next cycle reads the same samples again; every stored finding has
+    its alert."""
+    topology = bed.cluster.topology()
+    url_a = bed.url("a")
+    t = bed.times(2)
+    state = "SELECT watermark_ms, last_cycle_ms FROM detector_state WHERE name = 'default'"
+    with get_engine(url_a).connect() as conn:
+        before = tuple(conn.execute(text(state)).one())
+    killed: list[int] = []
+
+    def kill(conn: Any) -> None:  # the shard's backend, terminated as its transaction commits
+        if not killed:
+            killed.append(conn.connection.dbapi_connection.info.backend_pid)
+            with psycopg.connect(url_a, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", [killed[0]])
+
+    shard_engine = get_engine(url_a)
+    event.listen(shard_engine, "commit", kill)
+    try:
+        with pytest.raises(OperationalError):
+            run_shard_cycle(topology, "a", t[0])
+    finally:
+        event.remove(shard_engine, "commit", kill)
+    assert killed
+    with get_engine(url_a).connect() as conn:
+        assert tuple(conn.execute(text(state)).one()) == before  # the shard kept nothing of the cycle
+    with bed.cluster.engine.connect() as conn:
+        stored = conn.execute(text("SELECT f.fingerprint, a.last_seen_ms FROM detection_findings f LEFT JOIN alerts a "
+                                   "ON a.fingerprint = f.fingerprint WHERE f.at = to_timestamp(:t / 1000.0) "
+                                   "AND f.state = 'firing'"), {"t": t[0]}).all()
+    assert stored and all(seen == t[0] for _, seen in stored), stored  # each firing finding with its alert
+    again = run_shard_cycle(topology, "a", t[1])
+    assert again.outcome.findings
+    with get_engine(url_a).connect() as conn:
+        # read from the old watermark on: the failed cycle's window again, and the new one
+        assert tuple(conn.execute(text(state)).one()) == (t[1] - Config().lateness_ms, t[1])
 
 
 def _gap_target(engine: Engine, device: str) -> None:
