@@ -16,6 +16,7 @@ from sqlalchemy.dialects.postgresql import insert
 
 from service.db import get_engine, normalize_url
 from service.inventory.models import Device, Optic, Port
+from service.shards.grafana import grafana_layer
 from service.shards.models import ShardPod
 from service.shards.topology import NO_POD, Topology
 
@@ -41,7 +42,8 @@ _ROLLUP_COLUMNS = ("pod text, series_id int, bucket timestamptz, n int, min floa
 _SHARD_VIEWS = {
     "series": """
 SELECT coalesce(d.pod, '') AS pod, s.id AS series_id, s.metric::text AS metric, d.name::text AS device,
-       p.name::text AS port, s.lane, s.priority, s.gpu, s.counter_bits, s.saturating, s.port_id
+       p.name::text AS port, s.lane, s.priority, s.gpu, s.counter_bits, s.saturating, s.port_id,
+       s.device_id
 FROM series s JOIN devices d ON d.id = s.device_id LEFT JOIN ports p ON p.id = s.port_id""",
     "rows": """
 SELECT coalesce(d.pod, '') AS pod, r.series_id, r.ts, r.value
@@ -62,6 +64,15 @@ FROM {level} r JOIN series s ON s.id = r.series_id JOIN devices d ON d.id = s.de
 SELECT p.pod, l.level, w.done_until
 FROM (SELECT DISTINCT coalesce(pod, '') AS pod FROM devices) p CROSS JOIN (VALUES ('5m'), ('1h')) AS l(level)
 LEFT JOIN rollup_watermarks w ON w.level = l.level""",
+    # Grafana's samples_between and last_samples across shards (service/shards/grafana.py): the 5-minute
+    # readings of compressed time, and the chunks' tail samples
+    "compressed_5m": """
+SELECT coalesce(d.pod, '') AS pod, r.series_id, r.bucket, r.last_ts, r.last
+FROM rollup_5m r JOIN series s ON s.id = r.series_id JOIN devices d ON d.id = s.device_id
+WHERE r.last_ts < coalesce((SELECT w.done_until FROM chunk_watermark w), '-infinity')""",
+    "chunk_tails": """
+SELECT coalesce(d.pod, '') AS pod, c.series_id, c.first_ts, c.last_ts, c.last_value, c.prev_ts, c.prev_value
+FROM sample_chunks c JOIN series s ON s.id = c.series_id JOIN devices d ON d.id = s.device_id""",
     # each series' newest two samples (rn 1 the newest): the fleet summary's and topology's port states
     "latest": f"""
 SELECT coalesce(d.pod, '') AS pod, s.id AS series_id, s.metric::text AS metric, s.port_id, x.rn, x.ts, x.value
@@ -73,13 +84,16 @@ CROSS JOIN LATERAL (SELECT ts, value, row_number() OVER (ORDER BY ts DESC) AS rn
 # The same columns on the control side (types as the views give them).
 _FLEET_COLUMNS = {
     "series": "pod text, series_id int, metric text, device text, port text, lane smallint, priority smallint, "
-              "gpu smallint, counter_bits smallint, saturating boolean, port_id int",
+              "gpu smallint, counter_bits smallint, saturating boolean, port_id int, device_id int",
     "rows": "pod text, series_id int, ts timestamptz, value float8",
     "blocks": "pod text, series_id int, first_ts timestamptz, last_ts timestamptz, ts timestamptz[], vals float8[]",
     "chunks": "pod text, series_id int, first_ts timestamptz, last_ts timestamptz, data bytea",
     **dict.fromkeys(_ROLLUPS, _ROLLUP_COLUMNS),
     "rollup_marks": "pod text, level text, done_until timestamptz",
     "latest": "pod text, series_id int, metric text, port_id int, rn bigint, ts timestamptz, value float8",
+    "compressed_5m": "pod text, series_id int, bucket timestamptz, last_ts timestamptz, last float8",
+    "chunk_tails": "pod text, series_id int, first_ts timestamptz, last_ts timestamptz, last_value float8, "
+                   "prev_ts timestamptz, prev_value float8",
 }
 
 
@@ -226,6 +240,7 @@ def fleet_tables(conn: Connection, topology: Topology, pod_map: dict[str, str]) 
                 f"CREATE FOREIGN TABLE {FLEET_SCHEMA}.{name}__{shard} PARTITION OF {FLEET_SCHEMA}.{name} "
                 f"FOR VALUES IN ({values}) SERVER {server} "
                 f"OPTIONS (schema_name '{SHARD_SCHEMA}', table_name '{name}')"))
+    grafana_layer(conn, sorted(topology.shards), pod_map, readers)  # the dashboards' SQL over these tables
 
 
 def _reader_mappings(conn: Connection, server: str, creds: dict[str, str], readers: list[str]) -> None:

@@ -1,0 +1,167 @@
+"""The Grafana dashboards' SQL on a sharded deployment: every panel that reads telemetry, unchanged and run as
+Grafana's read-only role logged in to the control database, answers what one server holding the same
+inventory and samples answers (service/shards/grafana.py: `fleet_grafana` first on the role's search_path)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from service.db import get_engine
+from service.shards.ingest import ingest_samples
+from service.shards.setup import apply
+from service.telemetry.samples import Sample
+from tests.shards.conftest import Cluster
+from tests.shards.test_fleet_reads import _TELEMETRY
+
+pytestmark = pytest.mark.timeout(240)
+
+T1 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+_PANEL_METRICS = {"port_oper_up": None, "port_tx_bytes_total": None, "port_ecn_marked_packets_total": None,
+                  "port_cnp_sent_total": None, "port_fec_uncorrectable_codewords_total": None,
+                  "port_pfc_rx_pause_frames_total": 3, "port_pfc_rx_pause_seconds_total": 3,
+                  "port_pfc_tx_pause_seconds_total": 3}
+
+
+def _panel_samples() -> list[Sample]:
+    out = []
+    ports = [("leaf1", "eth0"), ("leaf1", "eth1"), ("leaf2", "eth0"), ("leaf2", "eth1"), ("host3", "eth0"),
+             ("spine1", "eth0")]
+    for k, (device, port) in enumerate(ports, start=1):
+        for i in range(60):
+            t = int(T1.timestamp() * 1000) + i * 30_000
+            for metric, prio in _PANEL_METRICS.items():
+                value = float((i + k) % 2 if metric == "port_oper_up" else 1000.0 * k * i)
+                out.append(Sample(metric, value, t, device, port, priority=prio))
+            for lane in (1, 2):
+                out += [Sample("optic_rx_power_dbm", -3.0 - k - 0.01 * i - lane, t, device, port, lane=lane),
+                        Sample("optic_tx_bias_amperes", 0.006 + 0.0001 * k, t, device, port, lane=lane)]
+            out.append(Sample("optic_temperature_celsius", 40.0 + k, t, device, port))
+    return out
+
+
+def _inventory_extras(conn: Any) -> None:
+    """Rails, a host link and optics with thresholds, so that every telemetry panel has something to show."""
+    conn.execute(text("UPDATE ports SET rail = 1 WHERE name = 'eth0'"))
+    ports = dict(conn.execute(text("SELECT d.name || ':' || p.name, p.id FROM ports p "
+                                   "JOIN devices d ON d.id = p.device_id")).all())
+    conn.execute(text("INSERT INTO links (a_port_id, b_port_id, cable_type) VALUES (:a, :b, 'dac')"),
+                 {"a": ports["leaf2:eth0"], "b": ports["host3:eth0"]})
+    conn.execute(text("INSERT INTO optics (port_id, lanes, thresholds) SELECT id, 4, "
+                      "'{\"rx_power_dbm\": {\"low_warning\": -9.0}}'::jsonb FROM ports"))
+
+
+@pytest.fixture(scope="module")
+def dashboards(cluster: Cluster) -> Iterator[dict[str, str]]:
+    """The same inventory and panel samples on the sharded deployment and on one server (a database of the
+    control's server), and Grafana's role able to log in there (as its data source does)."""
+    from service.migrate import upgrade
+    from service.shards.topology import ShardSettings, Topology
+    from tests.shards.conftest import load_inventory
+
+    single = cluster.control.create_database("fw_single")
+    upgrade(single)
+    load_inventory(get_engine(single))
+    for url in (single, cluster.control_url):
+        with get_engine(url).begin() as conn:
+            conn.execute(text("UPDATE ports SET speed_gbps = 100"))
+            ports = dict(conn.execute(text("SELECT d.name || ':' || p.name, p.id FROM ports p "
+                                           "JOIN devices d ON d.id = p.device_id")).all())
+            conn.execute(text("INSERT INTO links (a_port_id, b_port_id, cable_type) VALUES (:a, :b, 'aoc')"),
+                         {"a": ports["leaf1:eth1"], "b": ports["leaf2:eth1"]})
+            _inventory_extras(conn)
+    apply(cluster.topology())
+    for url, topology in ((single, Topology.of(single, ShardSettings())), (cluster.control_url, cluster.topology())):
+        report = ingest_samples(control=get_engine(url), topology=topology, samples=_panel_samples())
+        assert report.errors == {} and report.written == len(_panel_samples()), report
+    with cluster.engine.begin() as conn:
+        conn.execute(text("ALTER ROLE fabricwatch_grafana LOGIN"))
+    yield {"single": single, "sharded": cluster.control_url}
+    get_engine(single).dispose()
+
+
+def _telemetry_panels() -> list[tuple[str, str, str]]:
+    import json
+
+    from tests.paths import REPO
+
+    out = []
+    for path in sorted((REPO / "dashboards").glob("*.json")):
+        for panel in json.loads(path.read_text()).get("panels", []):
+            for target in panel.get("targets", []):
+                sql = target.get("rawSql") or ""
+                if set(re.findall(r"[a-z_]+", sql.lower())) & set(_TELEMETRY):
+                    out.append((path.name, panel["title"], sql))
+    return out
+
+
+def _as_grafana(url: str, sql: str) -> list[tuple[Any, ...]]:
+    import psycopg
+    from sqlalchemy import make_url
+
+    u = make_url(url)
+    with psycopg.connect(host=u.host, port=u.port, dbname=u.database, user="fabricwatch_grafana",
+                         connect_timeout=5) as conn:  # a login of its own: the role's search_path applies
+        conn.execute("SET statement_timeout = '20s'")
+        rows = conn.execute(sql).fetchall()
+    return sorted((tuple(round(v, 9) if isinstance(v, float) else str(v) if not isinstance(v, int | None)
+                         else v for v in r) for r in rows), key=repr)
+
+
+def test_every_telemetry_panel_answers_across_shards_as_on_one_server(dashboards: dict[str, str]) -> None:
+    """Each dashboard panel that reads telemetry, its SQL unchanged and run as Grafana's role: on the sharded
+    control database (through `fleet_grafana`, first on the role's search_path there) it answers what one
+    server holding the same samples answers."""
+    from tests.api.test_dashboards_sql import expand
+
+    # the control database holds no samples: what the panels show there comes from the shards
+    assert _as_grafana(dashboards["sharded"], "SELECT count(*) FROM public.sample_rows") == [(0,)]
+    assert _as_grafana(dashboards["sharded"], "SHOW search_path") == [("fleet_grafana, public",)]
+    variables = {"pod": ["p1", "p2"], "device": ["leaf2"], "port": ["eth1"]}
+    shown = []
+    for name, title, raw in _telemetry_panels():
+        sql = expand(raw, start=T1, end=T1 + timedelta(minutes=30), interval="1m", variables=variables)
+        one = _as_grafana(dashboards["single"], sql)
+        across = _as_grafana(dashboards["sharded"], sql)
+        assert across == one, (name, title)
+        if one:
+            shown.append(title)
+    assert len(shown) == len(_telemetry_panels()), sorted({t for _, t, _ in _telemetry_panels()} - set(shown))
+
+
+def _nested_plans(url: str, sql: str) -> str:
+    """The plans of the statements run inside `sql`'s functions (auto_explain, sent to this client)."""
+    import psycopg
+
+    notices: list[str] = []
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        for setting in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
+                        "SET auto_explain.log_nested_statements = on", "SET auto_explain.log_verbose = on",
+                        "SET client_min_messages = log", "SET search_path = fleet_grafana, public"):
+            conn.execute(setting)
+        conn.execute(sql).fetchall()
+    return "\n".join(notices)
+
+
+def test_grafana_functions_send_the_time_range_to_the_shards(dashboards: dict[str, str]) -> None:
+    """samples_between's rows, blocks and 5-minute readings are asked of each shard for the panel's range
+    (Remote SQL with the bounds as parameters), not read whole; last_samples asks one shard for one series."""
+    lo, hi = T1.isoformat(), (T1 + timedelta(minutes=30)).isoformat()
+    plans = _nested_plans(dashboards["sharded"], f"SELECT count(*) FROM samples_between('{lo}', '{hi}')")
+    remote = [line.strip() for line in plans.splitlines() if "Remote SQL" in line]
+    assert len(remote) == 6, plans  # rows, blocks, 5-minute readings, on each of two shards
+    # (PL/pgSQL plans the query for the call's values: the bounds arrive as constants, which postgres_fdw sends)
+    assert all(">= '2026-12-01 12:00:00+00'" in r and "<= '2026-12-01 12:30:00+00'" in r for r in remote), plans
+    plans = _nested_plans(dashboards["sharded"], "SELECT * FROM series s, LATERAL last_samples(s.id, 1) x "
+                                                 "WHERE s.metric = 'port_oper_up' LIMIT 1")
+    inner = [line.strip() for line in plans.splitlines() if "Remote SQL" in line and "fw_fleet.series" not in line]
+    # one series on its one shard (the other's partitions pruned), the newest rows first
+    assert len(inner) == 3 and all("pod = ANY" in r and "series_id = " in r for r in inner), plans
+    assert "ORDER BY ts DESC" in inner[0] and plans.count("Foreign Scan on fleet.rows__") == 1, plans
