@@ -57,7 +57,7 @@ def apply_cmd(
 @app.command("status")
 def status_cmd() -> None:
     """Each shard: whether it answers, and its pods (from the stored map). Exit 1 if one does not answer."""
-    from sqlalchemy import make_url
+    from sqlalchemy import make_url, text
 
     from service.cli import database_errors
     from service.db import get_engine, normalize_url
@@ -67,12 +67,22 @@ def status_cmd() -> None:
     topology = _topology()
     with database_errors(), get_engine(topology.control_url).connect() as conn:
         stored = pod_map(conn)
+        moves = conn.execute(text("SELECT pod, shard, move_to, leftover FROM shard_pods "
+                                  "WHERE move_to IS NOT NULL OR leftover IS NOT NULL ORDER BY pod")).all()
     seen = probe(topology)
     for shard in sorted(topology.shards):
         shown = make_url(normalize_url(topology.url(shard))).render_as_string(hide_password=True)
         pods = sorted(p or "(no pod)" for p, s in stored.items() if s == shard)
         state = "up" if seen[shard] is None else f"DOWN ({seen[shard]})"
         print(f"{shard}\t{state}\t{shown}\t{', '.join(pods) or '(no pods stored: run fabricwatch shards apply)'}")
+    for pod, shard, to, leftover in moves:  # unfinished moves (service/shards/rebalance.py)
+        shown = pod or "(no pod)"
+        if to is not None:
+            print(f"{shown}: moving from {shard} to {to}, writes going to both: finish it with `fabricwatch shards "
+                  f"move '{shown}' --to {to}` (or --abort)")
+        else:
+            print(f"{shown}: an old copy on {leftover} still to remove: `fabricwatch shards move '{shown}' --to "
+                  f"{shard}`")
     if any(seen.values()):
         raise typer.Exit(1)
 
@@ -124,6 +134,9 @@ def move_cmd(
     for what, n in sorted(report.extra.items()):
         console.print(f"[yellow]warning:[/yellow] {what}: {n} samples on {report.target} that {report.source} "
                       f"lacked (a write that failed on {report.source} after storing on {report.target}): kept")
+    if report.source == report.target:
+        print(f"{pod}: on {report.target}; the old copy left by its move removed ({report.removed_series} series)")
+        return
     print(f"{pod}: moved from {report.source} to {report.target}: {report.series} series, {report.samples} "
           f"samples verified, {report.removed_series} series removed from {report.source}"
           + (" (an interrupted move finished)" if report.resumed else ""))

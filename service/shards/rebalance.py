@@ -293,12 +293,16 @@ def move_pod(topology: Topology, pod: str, to: str, *, batch_series: int = 500, 
 
     control = get_engine(topology.control_url)
     state = _check(topology, control, pod, to)
+    removed = 0
     if state["leftover"] is not None and state["move_to"] is None:  # an earlier move's old copy first
         _require_up(topology, [state["leftover"]])
-        remove_copy(control, topology, pod, state["leftover"], batch_series=batch_series, progress=progress)
+        removed = remove_copy(control, topology, pod, state["leftover"], batch_series=batch_series,
+                              progress=progress)
         state["leftover"] = None
     source = state["shard"]
     if state["move_to"] is None and source == to:
+        if removed:  # a move whose last step had not finished: finished now
+            return MoveReport(pod, source, to, removed_series=removed, resumed=True)
         raise MoveError(f"pod {_pod_shown(pod)} is on shard {to!r} already: nothing to move")
     if state["move_to"] is not None and state["move_to"] != to:
         raise MoveError(f"pod {_pod_shown(pod)} is being moved to shard {state['move_to']!r}: finish that move "

@@ -260,6 +260,8 @@ def test_an_interrupted_move_finishes_when_run_again(cluster: Cluster) -> None:
     report = ingest_samples(control=cluster.engine, topology=topology(cluster), samples=[
         Sample("port_rx_bytes_total", 1.0, T0_MS + 7_200_000, device, "eth0")])
     assert list(report.copies) == ["a"] and report.reports["b"].written == 1
+    status = _cli(cluster, "status")
+    assert f"{pod}: moving from b to a, writes going to both" in status.stdout, status.stdout
     # a move elsewhere meanwhile is refused, naming the move in progress
     with pytest.raises(MoveError, match="is being moved to shard 'a'"):
         move_pod(topology(cluster), pod, "b")
@@ -268,6 +270,31 @@ def test_an_interrupted_move_finishes_when_run_again(cluster: Cluster) -> None:
     assert samples_of(a, device) == (stored + 1, stored + 1)
     assert samples_of(b, device) == (0, 0) and orphans(b) == 0
     assert stored_row(cluster, pod)["shard"] == "a"
+
+
+def test_a_move_killed_while_removing_the_old_copy_finishes_when_run_again(cluster: Cluster) -> None:
+    pod, device = new_pod(cluster, "b")
+    a, b = cluster.shard_a.url("fw_shard"), cluster.shard_b.url("fw_shard")
+    stored = history(cluster, device, "b")
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if phase == "removing the old copy":
+            raise KeyboardInterrupt("killed")
+
+    with pytest.raises(KeyboardInterrupt):
+        move_pod(topology(cluster), pod, "a", batch_series=1, progress=progress)
+    assert stored_row(cluster, pod) | {"move_cursor": None} == {
+        "shard": "a", "move_to": None, "move_cursor": None, "leftover": "b", "moved_from": "b"}
+    assert samples_of(a, device) == (stored, stored) and 0 < samples_of(b, device)[0] < stored
+    apply(topology(cluster))  # keeps the pod's devices on b until its copy there is removed
+    assert _scalar(b, "SELECT count(*) FROM devices WHERE name = :d", d=device) == 1
+    status = _cli(cluster, "status")
+    assert f"{pod}: an old copy on b still to remove" in status.stdout, status.stdout
+    done = move_pod(topology(cluster), pod, "a")
+    assert done.source == done.target == "a" and done.removed_series > 0
+    assert samples_of(b, device) == (0, 0) and orphans(b) == 0
+    assert _scalar(b, "SELECT count(*) FROM devices WHERE name = :d", d=device) == 0
+    assert samples_of(a, device) == (stored, stored) and stored_row(cluster, pod)["leftover"] is None
 
 
 def test_an_aborted_move_leaves_the_pod_where_it_was(cluster: Cluster) -> None:
