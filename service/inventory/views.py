@@ -15,14 +15,15 @@ import math
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 from sqlalchemy import Connection, text
 
 from service.api.auth import ReadScope
-from service.api.deps import EngineDep
+from service.api.deps import EngineDep, SettingsDep
 from service.api.problems import Problem
 from service.inventory.schemas import DeviceKind, DeviceRole
+from service.shards.views import say_missing
 from service.telemetry.schemas import TargetState
 
 router = APIRouter(prefix="/api/v1", tags=["inventory"])
@@ -395,6 +396,16 @@ FROM unnest(CAST(:devices AS int[]), CAST(:ports AS int[])) AS t(device_id, port
 JOIN series s ON s.device_id = t.device_id AND s.port_id = t.port_id AND s.metric = ANY(:metrics)
 JOIN LATERAL last_samples(s.id, 1) x ON true
 """
+# Across shards: the same from the shards' newest samples (service/shards/fleet.py), of the pods `:pods`.
+_FLEET_DOM_SQL = """
+SELECT port_id, metric, lane, ts, value FROM fleet.latest
+WHERE rn = 1 AND pod = ANY(:pods) AND metric = ANY(:metrics) AND port_id = ANY(:ports)
+"""
+
+
+class OpticPage(Page[OpticItem]):
+    missing_pods: list[str] = Field(description="pods of the shards that did not answer (the "
+                                    "X-Fabricwatch-Missing-Pods header); empty when the answer is whole")
 
 
 def margins(value: float | None, th: dict[str, Any] | None) -> dict[str, float] | None:
@@ -418,13 +429,16 @@ def status(m: dict[str, float] | None) -> str:
     return "ok"
 
 
-def optic_doms(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Attach the latest DOM per lane, the module thresholds and the margins to each optic row."""
+def optic_doms(conn: Connection, rows: list[dict[str, Any]], fleet_pods: list[str] | None = None
+               ) -> list[dict[str, Any]]:
+    """Attach the latest DOM per lane, the module thresholds and the margins to each optic row.
+    `fleet_pods`: the DOM read across shards, from these pods' shards."""
     latest: dict[int, list[tuple[str, int | None, Any, float]]] = {}
     if rows:
-        for pid, metric, lane, ts, value in conn.execute(text(_DOM_SQL), {
+        sql = _FLEET_DOM_SQL if fleet_pods is not None else _DOM_SQL
+        for pid, metric, lane, ts, value in conn.execute(text(sql), {
                 "devices": [r["device_id"] for r in rows], "ports": [r["port_id"] for r in rows],
-                "metrics": [m for m, _ in DOM.values()]}).all():
+                "metrics": [m for m, _ in DOM.values()], "pods": fleet_pods}).all():
             latest.setdefault(pid, []).append((metric, lane, ts, value))
     out = []
     for r in rows:
@@ -463,8 +477,9 @@ def optic_doms(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[str, A
 
 
 @router.get("/optics", summary="Optics with current DOM per lane, module thresholds and margins",
-            response_model=Page[OpticItem], response_model_exclude_unset=True)
-def list_optics(engine: EngineDep, _: ReadScope, device: str | None = None, port: str | None = None,
+            response_model=OpticPage, response_model_exclude_unset=True)
+def list_optics(engine: EngineDep, settings: SettingsDep, response: Response, _: ReadScope,
+                device: str | None = None, port: str | None = None,
                 pod: str | None = None, limit: Annotated[int, Query(ge=1, le=500)] = 100,
                 cursor: Cursor = None) -> dict[str, Any]:
     after = decode_cursor(cursor, "optics")
@@ -472,5 +487,22 @@ def list_optics(engine: EngineDep, _: ReadScope, device: str | None = None, port
         rows = [dict(r) for r in conn.execute(text(_OPTICS_SQL), {
             "device": device, "port": port, "pod": pod, "after": after, "limit": limit + 1}).mappings()]
         more = len(rows) > limit
-        items = optic_doms(conn, rows[:limit])
-    return {"items": items, "next_cursor": encode_cursor("optics", items[-1]["id"]) if more and items else None}
+        items, missing = _doms(conn, settings, rows[:limit])
+    return say_missing(response, {
+        "items": items, "next_cursor": encode_cursor("optics", items[-1]["id"]) if more and items else None},
+        missing)
+
+
+def _doms(conn: Connection, settings: Any, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """optic_doms, across shards when they are configured: the page's devices' pods are what can be missing."""
+    from service.shards.views import fleet_topology
+
+    shards = fleet_topology(conn.engine, settings)
+    if shards is None:
+        return optic_doms(conn, rows), []
+    from service.shards.fleet import read_fleet
+
+    asked = set(conn.execute(text("SELECT coalesce(pod, '') FROM devices WHERE id = ANY(:ids)"),
+                             {"ids": [r["device_id"] for r in rows]}).scalars())
+    items, seen = read_fleet(conn, shards, lambda pods, _: optic_doms(conn, rows, pods), asked=asked)
+    return items, seen.missing_shown

@@ -75,7 +75,8 @@ SELECT coalesce(d.pod, '') AS pod, c.series_id, c.first_ts, c.last_ts, c.last_va
 FROM sample_chunks c JOIN series s ON s.id = c.series_id JOIN devices d ON d.id = s.device_id""",
     # each series' newest two samples (rn 1 the newest): the fleet summary's and topology's port states
     "latest": f"""
-SELECT coalesce(d.pod, '') AS pod, s.id AS series_id, s.metric::text AS metric, s.port_id, x.rn, x.ts, x.value
+SELECT coalesce(d.pod, '') AS pod, s.id AS series_id, s.metric::text AS metric, s.port_id, x.rn, x.ts, x.value,
+       s.lane
 FROM series s JOIN devices d ON d.id = s.device_id
 CROSS JOIN LATERAL (SELECT ts, value, row_number() OVER (ORDER BY ts DESC) AS rn
                     FROM {SHARD_SCHEMA}.last_two(s.id)) x""",
@@ -90,7 +91,8 @@ _FLEET_COLUMNS = {
     "chunks": "pod text, series_id int, first_ts timestamptz, last_ts timestamptz, data bytea",
     **dict.fromkeys(_ROLLUPS, _ROLLUP_COLUMNS),
     "rollup_marks": "pod text, level text, done_until timestamptz",
-    "latest": "pod text, series_id int, metric text, port_id int, rn bigint, ts timestamptz, value float8",
+    "latest": "pod text, series_id int, metric text, port_id int, rn bigint, ts timestamptz, value float8, "
+              "lane smallint",
     "compressed_5m": "pod text, series_id int, bucket timestamptz, last_ts timestamptz, last float8",
     "chunk_tails": "pod text, series_id int, first_ts timestamptz, last_ts timestamptz, last_value float8, "
                    "prev_ts timestamptz, prev_value float8",

@@ -165,3 +165,41 @@ def test_grafana_functions_send_the_time_range_to_the_shards(dashboards: dict[st
     # one series on its one shard (the other's partitions pruned), the newest rows first
     assert len(inner) == 3 and all("pod = ANY" in r and "series_id = " in r for r in inner), plans
     assert "ORDER BY ts DESC" in inner[0] and plans.count("Foreign Scan on fleet.rows__") == 1, plans
+
+
+def test_optics_api_across_shards_names_the_pods_of_a_stopped_shard(dashboards: dict[str, str],
+                                                                    cluster: Cluster) -> None:
+    """`/api/v1/optics` reads each optic's newest DOM from its shard (fleet.latest) as one server reads it,
+    and names the pods of a stopped shard."""
+    from fastapi.testclient import TestClient
+
+    from service.api.app import create_app
+    from service.config import load_settings
+    from service.shards import fleet
+
+    def client(url: str, shards: dict[str, Any]) -> TestClient:
+        return TestClient(create_app(load_settings(database_url=url, auth_required=False, shards=shards)))
+
+    def doms(r: Any) -> dict[str, Any]:
+        assert r.status_code == 200, r.text
+        return {f"{o['device']}:{o['port']}": (o["dom"], o["status"], o["worst_rx_margin"])
+                for o in r.json()["items"]}
+
+    sharded = client(dashboards["sharded"], cluster.settings().model_dump())
+    one = doms(client(dashboards["single"], {}).get("/api/v1/optics"))
+    r = sharded.get("/api/v1/optics")
+    assert doms(r) == one and r.json()["missing_pods"] == [] and r.headers[fleet.MISSING_HEADER] == ""
+    assert one["leaf2:eth1"][0]["lanes"][0]["rx_power_dbm"]["value"] == pytest.approx(-3.0 - 4 - 0.59 - 1)
+    cluster.shard_b.stop()
+    try:
+        fleet.recheck_now()
+        whole_pod = sharded.get("/api/v1/optics", params={"pod": "p1"})
+        r = sharded.get("/api/v1/optics")
+    finally:
+        cluster.shard_b.start()
+        fleet.recheck_now()
+    assert r.json()["missing_pods"] == ["p2", "p3"] and r.headers[fleet.MISSING_HEADER] == "p2,p3"
+    got = doms(r)
+    assert got["leaf1:eth0"] == one["leaf1:eth0"] and got["leaf2:eth1"][0]["lanes"] == []
+    assert whole_pod.json()["missing_pods"] == [] and doms(whole_pod) == {k: v for k, v in one.items()
+                                                                        if k.startswith("leaf1:")}
