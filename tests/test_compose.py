@@ -6,6 +6,8 @@ import yaml
 from typer.main import get_command
 
 from service.cli import app
+from service.shards.topology import ShardSettings
+from service.worker import detect_queue
 from tests.paths import REPO
 
 
@@ -34,3 +36,31 @@ def test_dockerfile_copies_every_package() -> None:
     dockerfile = (REPO / "Dockerfile").read_text()
     for package in ("service", "collectors", "simulator", "migrations"):
         assert f"COPY {package} {package}" in dockerfile
+
+
+def test_two_shard_override_is_a_valid_topology() -> None:
+    """docker-compose.shards.yml: every fabricwatch process gets the same topology, which the settings accept;
+    each shard has its database and one worker consuming its detection queue; the default worker leaves those
+    queues to them."""
+    base = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
+    over = yaml.safe_load((REPO / "docker-compose.shards.yml").read_text())["services"]
+    cli = get_command(app)
+    ours = {name for name, s in base.items() if s.get("image") == "fabricwatch:local"}
+    ours |= {name for name, s in over.items() if s.get("image") == "fabricwatch:local"}
+    envs = {name: over[name]["environment"] for name in ours}
+    assert all(env == envs["api"] for env in envs.values()), "one topology for every process"
+    env = envs["api"]
+    shards = ShardSettings(urls=env["FABRICWATCH_SHARDS_URLS"], pods=env["FABRICWATCH_SHARDS_PODS"],
+                           default=env["FABRICWATCH_SHARDS_DEFAULT"])  # the JSON the settings read, validated
+    for shard, url in shards.urls.items():
+        host = url.split("@", 1)[1].split(":", 1)[0]
+        assert host in over and over[host]["image"].startswith("postgres:"), (shard, host)
+    detect = {tuple(s["command"]) for name, s in over.items() if name in ours and "-Q" in s.get("command", [])}
+    for shard in shards.urls:
+        assert ("fabricwatch", "worker", "-Q", detect_queue(shard), "-c", "1") in detect
+    assert over["worker"]["command"] == ["fabricwatch", "worker", "-Q", "fabricwatch"]
+    for name in ours:
+        command = over.get(name, {}).get("command") or base[name]["command"]
+        assert command[1] in cli.commands, command  # type: ignore[attr-defined]
+    for name, s in over.items():  # every service the override names exists in one of the files
+        assert name in base or "image" in s, name
