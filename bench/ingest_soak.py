@@ -121,15 +121,17 @@ class Exposition:
 
 
 @contextmanager
-def api_server(db_url: str, port: int, workers: int, app_dir: Path = REPO) -> Iterator[subprocess.Popen[bytes]]:
-    """The API under uvicorn; `app_dir`: another checkout's code (an older commit as the baseline)."""
+def api_server(db_url: str, port: int, workers: int, app_dir: Path = REPO,
+               env_extra: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """The API under uvicorn; `app_dir`: another checkout's code (an older commit as the baseline);
+    `env_extra`: more settings (bench/shards_soak.py: the shards' topology)."""
     with socket.socket() as s:  # a port another bench holds would get this bench's pushes
         try:
             s.bind(("127.0.0.1", port))
         except OSError as exc:
             raise SystemExit(f"port {port} is taken ({exc.strerror}): give another with --port") from None
     env = {**os.environ, "FABRICWATCH_DATABASE_URL": db_url, "FABRICWATCH_AUTH_REQUIRED": "false",
-           "FABRICWATCH_LOG_LEVEL": "WARNING"}
+           "FABRICWATCH_LOG_LEVEL": "WARNING", **(env_extra or {})}
     proc = subprocess.Popen([str(REPO / ".venv/bin/uvicorn"), "--factory", "service.api.app:create_app",
                              "--app-dir", str(app_dir),
                              "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
@@ -209,11 +211,15 @@ class PushStats:
     latencies: list[float] = field(default_factory=list)
     max_lag_s: float = 0.0
     intervals: int = 0
+    cancelled: int = 0  # pushes still unanswered when a bounded drain ended (`push_loop(drain_s=...)`)
 
 
 async def push_loop(base: str, devices: list[tuple[str, str, int]], stop_at: float, stats: PushStats,
-                    concurrency: int) -> None:
-    """Every INTERVAL_S, each device pushes one poll; open loop (a late interval still starts on time)."""
+                    concurrency: int, drain_s: float | None = None) -> None:
+    """Every INTERVAL_S, each device pushes one poll; open loop (a late interval still starts on time).
+    After the last interval the pushes in flight are awaited: all of them, or for `drain_s` at most, the
+    rest then cancelled and counted in `stats.cancelled` (a backlog behind a slow layout would take as
+    long again to drain)."""
     expos = [Exposition(n, r, p, i) for i, (n, r, p) in enumerate(devices)]
     sem = asyncio.Semaphore(concurrency)
     # idle connections are dropped before uvicorn's 5 s keep-alive timeout closes them, so a push never
@@ -256,7 +262,12 @@ async def push_loop(base: str, devices: list[tuple[str, str, int]], stop_at: flo
             stats.intervals += 1
             k += 1
         if pending:
-            await asyncio.gather(*pending)
+            _, late = await asyncio.wait(set(pending), timeout=drain_s)
+            for task in late:
+                task.cancel()
+            stats.cancelled += len(late)
+            if late:
+                await asyncio.wait(late)
 
 
 def main() -> None:
