@@ -99,6 +99,13 @@ def count_samples(url: str) -> int:
         return c.execute("SELECT count(*) FROM samples").fetchone()[0]
 
 
+def disk(url: str) -> tuple[int, int]:
+    """The database's size and the server's WAL position, in bytes (each server holds one phase's data)."""
+    with psycopg.connect(url) as c:
+        return c.execute("SELECT pg_database_size(current_database()), "
+                         "pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+
+
 @dataclass
 class Phase:
     layout: str
@@ -107,6 +114,7 @@ class Phase:
     api_cores: float = 0.0
     pg_cpu_s: dict[str, float] = field(default_factory=dict)  # server -> CPU seconds over the phase
     stored: dict[str, int] = field(default_factory=dict)  # server -> samples stored during the phase
+    grown: dict[str, tuple[int, int]] = field(default_factory=dict)  # server -> (database, WAL) bytes written
     load: tuple[float, float, float] = (0.0, 0.0, 0.0)
     load0: float = 0.0
     machine_busy: float = 0.0
@@ -138,6 +146,7 @@ def run_phase(layout: str, servers: dict[str, PgServer], devices: list[tuple[str
                 raise SystemExit(f"layout {layout}: {warm.errors} failed pushes while creating the series: "
                                  f"{warm.error_kinds.most_common(3)}")
             before = {n: count_samples(u) for n, u in stores.items()}
+            disk0 = {n: disk(u) for n, u in stores.items()}
             api = CpuMeter()
             pg0 = {n: server_cpu(s) for n, s in servers.items()}
             stop = threading.Event()
@@ -163,6 +172,8 @@ def run_phase(layout: str, servers: dict[str, PgServer], devices: list[tuple[str
             th.join()
             # by the phase's end (the API may still store cancelled pushes: not in these CPU figures either)
             out.stored = {n: count_samples(u) - before[n] for n, u in stores.items()}
+            out.grown = {n: tuple(b - a for a, b in zip(disk0[n], disk(u), strict=True))  # type: ignore[misc]
+                         for n, u in stores.items()}
             out.machine_busy = ((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / out.wall
             out.api_cores = api.seconds() / out.wall
     finally:
@@ -191,6 +202,9 @@ def report(p: Phase, target: float, duration: float) -> None:
     for n, cpu in p.pg_cpu_s.items():
         stored = p.stored.get(n, 0)
         per = f", {cpu / stored * 1e6:.1f} CPU s per million samples stored" if stored else ""
+        if stored and n in p.grown:
+            db, wal = p.grown[n]
+            per += f"; {db / stored:.1f} B/sample database growth, {wal / stored:.1f} B/sample WAL"
         print(f"PG {n:8s}   : {cpu / p.wall:.2f} cores, {stored:,} samples stored{per}")
 
 
