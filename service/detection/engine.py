@@ -15,7 +15,7 @@ import numpy as np
 from service.detection import attribution, rules, trends
 from service.detection.features import Features, at_newest_event, compute, if_matrix
 from service.detection.findings import Finding
-from service.detection.forest import ModelStore
+from service.detection.forest import ModelStore, reservoir_take
 from service.detection.state import FeatureState
 
 
@@ -178,10 +178,9 @@ class Engine:
         # training reservoir: a deterministic sample of clean rows per cohort
         clean = np.flatnonzero(~flagged & fresh["anomaly"] & np.isfinite(X).any(axis=1)
                                & (np.nan_to_num(f.oper_up, nan=1.0) > 0))
-        if len(clean):
-            rng = np.random.default_rng([at_ms & 0x7FFFFFFF, 0xF0])
-            take = rng.permutation(clean)[: cfg.if_rows_per_cycle * max(1, len(fab.cohort_names))]
-            take = np.sort(take)
+        take = reservoir_take(clean, st.obs_t["anomaly"], int(attribution._secs(at_ms)), fab.cohort,
+                              np.bincount(fab.cohort, minlength=len(fab.cohort_names)), cfg)
+        if len(take):
             self._reservoir_add(st, X[take], fab.cohort[take])
         if st.first_cycle_ms is None:
             st.first_cycle_ms = at_ms

@@ -1,8 +1,10 @@
 """Layer 2: one IsolationForest per cohort (part number x speed x role) on robust-scaled features.
 
-The score threshold is not contamination='auto': it is the `if_quantile` quantile of scores
-on held-out clean rows (a false-alarm budget, detection.md 3.3 / F42). Training rows come
-from a bounded reservoir of unflagged ports, so flagged windows never become "normal".
+The score threshold is not contamination='auto': it is where the held-out clean rows' score tail,
+extrapolated (`threshold_for`), reaches the false-alarm budget `if_tail_p` per observation (detection.md,
+"Layer 2" / F42). Training rows come from a bounded reservoir of unflagged ports, sampled evenly over data
+time (`reservoir_take`) so that it spans `if_window_ms`, whole diurnal cycles, whatever the cohort's size
+and poll rate; flagged windows never become "normal".
 Models are versioned; `ModelStore` keeps the current one per cohort and `store.py` writes
 them to the detector_models table, so a restart scores exactly as before.
 
@@ -243,9 +245,46 @@ def train_cohort(cohort: str, X: np.ndarray, at_ms: int, version: int, cfg: Conf
                              max_features=1.0, contamination="auto", random_state=version * 7919 + 17)
     forest.fit(_scaled(fit_rows, center, scale))
     model = CohortModel(cohort, version, at_ms, 0.0, len(X), center, scale, Trees.from_sklearn(forest))
-    cal = model.score(cal_rows)
-    model.threshold = float(np.quantile(cal, cfg.if_quantile)) if len(cal) else float("inf")
+    model.threshold = threshold_for(model.score(cal_rows), cfg)
     return model
+
+
+def threshold_for(cal: np.ndarray, cfg: Config) -> float:
+    """The score a healthy row exceeds with probability `if_tail_p`: an exponential tail fitted to the held-out
+    scores above their `if_tail_from` quantile, extrapolated.
+
+    The budget is far beyond what a day of rows can show as a quantile (a 0.999 quantile of ~2,000 rows of ~20
+    ports is their second largest, and the next day's healthy ports crossed it ten times as often). An
+    exponential tail is heavier than an isolation score's (bounded by 1), so the extrapolation errs quiet.
+    """
+    if not len(cal):
+        return float("inf")
+    u = float(np.quantile(cal, cfg.if_tail_from))
+    excess = cal[cal > u] - u
+    beta = float(excess.mean()) if len(excess) else 0.0
+    return u + beta * float(np.log((1.0 - cfg.if_tail_from) / cfg.if_tail_p))
+
+
+def reservoir_take(clean: np.ndarray, obs_t: np.ndarray, sec: int, cohort: np.ndarray, cohort_size: np.ndarray,
+                   cfg: Config) -> np.ndarray:
+    """The ports of `clean` whose row goes to the training reservoir this cycle (a subset of `clean`).
+
+    Each port gives one row per period of data time, the period set so that a cohort adds `if_reservoir` rows per
+    `if_window_ms`: the newest `if_reservoir` rows (what the reservoir keeps) then span that window, whole days of
+    the diurnal cycle, whatever the cohort's size and poll rate. Keeping every row instead held 15 h for a
+    23-port cohort polled every 5 minutes; the hours it missed (the night, on the simulator's fabric) held 90 %
+    of the next day's false outliers. `obs_t` is the anomaly condition's observation times (uint32 s, newest
+    last, this cycle's included), `sec` this cycle's: a port takes a row when a period boundary (offset per port,
+    to spread them) fell since its previous observation, so a poll cadence finer or coarser than a cycle samples
+    the same.
+    """
+    if not len(clean):
+        return clean
+    period = np.maximum(cfg.if_window_ms // 1000 * cohort_size[cohort[clean]] // cfg.if_reservoir, 1)
+    t = obs_t[clean].astype(np.int64)
+    prev = np.where(t < sec, t, 0).max(axis=1)
+    phase = (clean * 7919) % period
+    return clean[(prev == 0) | ((sec + phase) // period > (prev + phase) // period)]
 
 
 @dataclass

@@ -566,12 +566,13 @@ class Config:
     # layer 2
     if_trees: int = 100
     if_max_samples: int = 256
-    if_quantile: float = 0.999
+    if_tail_p: float = 1e-4               # false-alarm budget: P(a healthy observation scores above the threshold)
+    if_tail_from: float = 0.99            # held-out quantile where the extrapolated score tail begins
     if_min_rows: int = 400
     if_retrain_ms: int = 86_400_000
     if_min_history_ms: int = 86_400_000   # first training only after a day of data (a diurnal cycle)
     if_reservoir: int = 4096              # rows kept per cohort for (re)training
-    if_rows_per_cycle: int = 64
+    if_window_ms: int = 2 * 86_400_000    # ... sampled evenly over this much data time (forest.reservoir_take)
 
 
 # lane gauges whose dark readings (no light: a laser off, nothing received) only port state explains

@@ -8,7 +8,7 @@ from sqlalchemy import Engine, inspect, text
 from sqlalchemy.orm import Session
 
 from service.detection.features import IF_FEATURES
-from service.detection.forest import ModelStore, train_cohort
+from service.detection.forest import ModelStore, threshold_for, train_cohort
 from service.detection.service import backtest, detect_at, load_fabric
 from service.detection.state import Config
 from service.detection.store import load_models, save_models
@@ -108,9 +108,9 @@ def test_models_survive_a_restart(db: Engine) -> None:
     assert np.array_equal(before, after) and np.array_equal(th, th2)
     m = again.models["partA|400G|leaf"]
     assert m.version == 1 and m.trained_at_ms == 123_000
-    # the threshold is a quantile of held-out clean scores, not contamination='auto'
+    # the threshold is from the held-out clean scores' tail (forest.threshold_for), not contamination='auto'
     cal = m.score(X[1::2])
-    assert m.threshold == pytest.approx(np.quantile(cal, cfg.if_quantile))
+    assert m.threshold == pytest.approx(threshold_for(cal, cfg))
     assert (after[-5:] > m.threshold).all() and (after[:50] > m.threshold).mean() < 0.1
     # (that these are scikit-learn's score_samples, negated, bit for bit: test_model_storage.py)
     # a second training makes version 2; loading picks the newest
