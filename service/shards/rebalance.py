@@ -64,9 +64,10 @@ class MoveReport:
     resumed: bool = False
 
 
+# a shard's series of a pod, owned or held hidden (setup.hidden_pod)
 _POD_SERIES_SQL = """
 SELECT s.id FROM series s JOIN devices d ON d.id = s.device_id
-WHERE coalesce(d.pod, '') = :pod AND s.id > :after ORDER BY s.id LIMIT :n"""
+WHERE coalesce(d.pod, '') IN (:pod, :hidden) AND s.id > :after ORDER BY s.id LIMIT :n"""
 _SERIES_COLS = "metric, device_id, port_id, lane, priority, gpu, counter_bits, saturating"
 _IDENTITY = ("m.device_id = s.device_id AND m.metric = s.metric AND m.port_id IS NOT DISTINCT FROM s.port_id "
              "AND m.lane IS NOT DISTINCT FROM s.lane AND m.priority IS NOT DISTINCT FROM s.priority "
@@ -92,7 +93,7 @@ SELECT s.id, s.metric, s.device_id, s.port_id, s.lane, s.priority, s.gpu,
        coalesce((SELECT count(*) FROM sample_rows r WHERE r.series_id = s.id), 0)
        + coalesce((SELECT sum(cardinality(b.ts)) FROM sample_blocks b WHERE b.series_id = s.id), 0)
        + coalesce((SELECT sum(c.n) FROM sample_chunks c WHERE c.series_id = s.id), 0)
-FROM series s JOIN devices d ON d.id = s.device_id WHERE coalesce(d.pod, '') = :pod"""
+FROM series s JOIN devices d ON d.id = s.device_id WHERE coalesce(d.pod, '') IN (:pod, :hidden)"""
 
 Identity = tuple[Any, ...]  # (metric, device_id, port_id, lane, priority, gpu)
 
@@ -149,14 +150,33 @@ def _require_up(topology: Topology, shards: list[str]) -> None:
         raise ShardsUnavailable(down)
 
 
-def _sync_inventory(control_conn: Connection, topology: Topology, shard: str, pods: set[str]) -> None:
-    from service.shards.setup import sync_inventory
+def _is_control(topology: Topology, shard: str) -> bool:
+    return normalize_url(topology.url(shard)) == normalize_url(topology.control_url)
 
-    url = topology.url(shard)
-    if normalize_url(url) == normalize_url(topology.control_url):
+
+def _sync_inventory(control_conn: Connection, topology: Topology, shard: str) -> None:
+    """The shard's inventory copy as the stored map (committed in the control transaction) says."""
+    from service.shards.setup import pods_held, pods_hidden, sync_inventory
+
+    if _is_control(topology, shard):
         return  # the control database doubles as this shard: it has the whole inventory
-    with get_engine(url).begin() as shard_conn:
-        sync_inventory(control_conn, shard_conn, pods)
+    with get_engine(topology.url(shard)).begin() as shard_conn:
+        sync_inventory(control_conn, shard_conn, pods_held(control_conn).get(shard, set()),
+                       pods_hidden(control_conn).get(shard))
+
+
+def _show(topology: Topology, shard: str, pod: str, hide: bool) -> None:
+    """Hide the pod's devices on the shard from fleet reads (held, not owned), or show them again."""
+    from service.shards.setup import hidden_pod, hide_pods
+
+    if _is_control(topology, shard):
+        return  # the control database's inventory is the real one: never renamed
+    with get_engine(topology.url(shard)).begin() as conn:
+        if hide:
+            hide_pods(conn, {pod})
+        else:
+            conn.execute(text("UPDATE devices SET pod = NULLIF(:p, '') WHERE pod = :h"),
+                         {"h": hidden_pod(pod), "p": pod})
 
 
 def _copy_partitions(src: Connection, tgt: Connection) -> None:
@@ -219,19 +239,25 @@ def _copy_batch(src_engine: Engine, tgt_engine: Engine, ids: list[int]) -> None:
         src.rollback()
 
 
+def _pods(pod: str) -> dict[str, str]:
+    from service.shards.setup import hidden_pod
+
+    return {"pod": pod, "hidden": hidden_pod(pod)}
+
+
 def _pod_series(conn: Connection, pod: str, after: int, n: int) -> list[int]:
-    return list(conn.execute(text(_POD_SERIES_SQL), {"pod": pod, "after": after, "n": n}).scalars())
+    return list(conn.execute(text(_POD_SERIES_SQL), {**_pods(pod), "after": after, "n": n}).scalars())
 
 
 def _count_pod_series(conn: Connection, pod: str, after: int) -> int:
     return conn.execute(text("SELECT count(*) FROM series s JOIN devices d ON d.id = s.device_id "
-                             "WHERE coalesce(d.pod, '') = :pod AND s.id > :after"), {"pod": pod, "after": after}
-                        ).scalar_one()
+                             "WHERE coalesce(d.pod, '') IN (:pod, :hidden) AND s.id > :after"),
+                        {**_pods(pod), "after": after}).scalar_one()
 
 
 def _counts(conn: Connection, pod: str) -> dict[Identity, tuple[int, int]]:
     """Identity -> (series id, samples) of the pod's series on this shard."""
-    return {tuple(r[1:7]): (r[0], int(r[7])) for r in conn.execute(text(_COUNT_SQL), {"pod": pod})}
+    return {tuple(r[1:7]): (r[0], int(r[7])) for r in conn.execute(text(_COUNT_SQL), _pods(pod))}
 
 
 def _verify(control: Engine, topology: Topology, pod: str, source: str, target: str, timeout_s: int
@@ -260,8 +286,6 @@ def remove_copy(control: Engine, topology: Topology, pod: str, shard: str, *, ba
                 progress: Progress | None = None) -> int:
     """Delete the pod's telemetry on `shard` (its `leftover`), in batches, then its inventory copy there,
     and clear `leftover`. Returns the series removed."""
-    from service.shards.setup import pods_held
-
     engine = get_engine(topology.url(shard))
     with engine.connect() as conn:
         total = _count_pod_series(conn, pod, 0)
@@ -280,7 +304,9 @@ def remove_copy(control: Engine, topology: Topology, pod: str, shard: str, *, ba
     with control.begin() as conn:
         conn.execute(text("UPDATE shard_pods SET leftover = NULL WHERE pod = :p AND leftover = :s"),
                      {"p": pod, "s": shard})
-        _sync_inventory(conn, topology, shard, pods_held(conn).get(shard, set()))
+        _sync_inventory(conn, topology, shard)
+        owner = conn.execute(text("SELECT shard FROM shard_pods WHERE pod = :p"), {"p": pod}).scalar_one()
+    _show(topology, owner, pod, False)  # a switch that stopped before showing the pod on its new shard
     return done
 
 
@@ -289,7 +315,7 @@ def move_pod(topology: Topology, pod: str, to: str, *, batch_series: int = 500, 
     """Move the pod's telemetry to shard `to` (steps in the module's doc); a re-run finishes an interrupted
     move. `after_batch(n)` runs after each batch is committed on the target and before the cursor is stored
     (tests interrupt the move there: the worst place for a crash)."""
-    from service.shards.setup import fleet_tables, pods_held, prepare_shard
+    from service.shards.setup import fleet_tables, prepare_shard
 
     control = get_engine(topology.control_url)
     state = _check(topology, control, pod, to)
@@ -322,7 +348,9 @@ def move_pod(topology: Topology, pod: str, to: str, *, batch_series: int = 500, 
             now = _state(conn, pod)
             if now is None or (now["shard"], now["move_to"], now["leftover"]) != (source, None, None):
                 raise MoveError(f"pod {_pod_shown(pod)} changed while the move started: nothing changed; run again")
-            _sync_inventory(conn, topology, to, pods_held(conn).get(to, set()) | {pod})
+            conn.execute(text("UPDATE shard_pods SET move_to = :to, move_cursor = 0 WHERE pod = :p"),
+                         {"to": to, "p": pod})  # committed with the rest below; read by the inventory sync
+            _sync_inventory(conn, topology, to)  # the pod's devices, hidden from fleet reads until the switch
             with src_engine.connect() as src, tgt_engine.begin() as tgt:
                 _copy_partitions(src, tgt)
                 after = 0
@@ -330,8 +358,6 @@ def move_pod(topology: Topology, pod: str, to: str, *, batch_series: int = 500, 
                     _copy_series(src, tgt, ids)
                     tgt.execute(text("DROP TABLE mv_series, mv_map"))
                     after = ids[-1]
-            conn.execute(text("UPDATE shard_pods SET move_to = :to, move_cursor = 0 WHERE pod = :p"),
-                         {"to": to, "p": pod})
         state["move_cursor"] = 0
     else:
         with src_engine.connect() as src, tgt_engine.begin() as tgt:
@@ -380,8 +406,10 @@ def move_pod(topology: Topology, pod: str, to: str, *, batch_series: int = 500, 
     report.extra = {_series_text(k): n - old.get(k, (0, 0))[1] for k, (_, n) in new.items()
                     if n > old.get(k, (0, 0))[1]}
 
-    # 4. switch
+    # 4. switch: the old copy hidden from fleet reads first, then the map, then the new copy shown (a crash
+    # in between hides the pod from fleet reads until the re-run or an `apply`; it never shows it twice)
     with _routing_lock(control, pod, lock_timeout_s) as conn:
+        _show(topology, source, pod, True)
         done_ = conn.execute(text(
             "UPDATE shard_pods SET shard = :to, move_to = NULL, move_cursor = NULL, leftover = :src, "
             "moved_from = :src, moved_at = now() WHERE pod = :p AND move_to = :to"),
@@ -389,6 +417,7 @@ def move_pod(topology: Topology, pod: str, to: str, *, batch_series: int = 500, 
         if done_ != 1:
             raise MoveError(f"pod {_pod_shown(pod)}: its move was changed by another command; nothing switched")
         fleet_tables(conn, topology, dict(conn.execute(text("SELECT pod, shard FROM shard_pods")).all()))
+    _show(topology, to, pod, False)
 
     # 5. remove the old copy
     report.removed_series = remove_copy(control, topology, pod, source, batch_series=batch_series,

@@ -176,11 +176,35 @@ def _upsert(conn: Connection, table: Any, rows: list[dict[str, Any]]) -> None:
                                                   if c.name != "id"}))
 
 
-def sync_inventory(control: Connection, shard_conn: Connection, pods: set[str]) -> int:
+def hidden_pod(pod: str) -> str:
+    """What a shard's copy of the inventory calls a pod it holds but does not own (a move's target before the
+    switch, its old shard after): no fleet partition lists it, so fleet reads never see those devices twice.
+    Inventory names cannot start with '~'."""
+    return ("~" + pod)[:128]
+
+
+def hide_pods(shard_conn: Connection, pods: set[str]) -> None:
+    """Name these pods' devices in the shard's inventory copy by `hidden_pod` (service/shards/rebalance.py)."""
+    for pod in sorted(pods):
+        shard_conn.execute(text("UPDATE devices SET pod = :h WHERE coalesce(pod, '') = :p"),
+                           {"h": hidden_pod(pod), "p": pod})
+
+
+def pods_hidden(conn: Connection) -> dict[str, set[str]]:
+    """Shard -> the pods it holds without owning them: one being moved to it, one whose old copy it keeps."""
+    out: dict[str, set[str]] = {}
+    for pod, to, leftover in conn.execute(select(ShardPod.pod, ShardPod.move_to, ShardPod.leftover)):
+        for s in {to, leftover} - {None}:
+            out.setdefault(s, set()).add(pod)
+    return out
+
+
+def sync_inventory(control: Connection, shard_conn: Connection, pods: set[str],
+                   hidden: set[str] | None = None) -> int:
     """Copy the devices of these pods ('' for pod-less ones), their ports and optics into the shard, with the
     control database's ids, and remove what the shard holds beyond them (the series of a removed device or
     port go with it: migration 0080's triggers). Ingest on the shard resolves names against this copy.
-    Returns the devices copied."""
+    The pods in `hidden` are held without being owned (`hide_pods`). Returns the devices copied."""
     dev_t, port_t, optic_t = Device.__table__, Port.__table__, Optic.__table__
     in_pods = Device.pod.in_(sorted(pods - {NO_POD}))
     devices = _rows(control, dev_t, in_pods | Device.pod.is_(None) if NO_POD in pods else in_pods)
@@ -195,6 +219,7 @@ def sync_inventory(control: Connection, shard_conn: Connection, pods: set[str]) 
     for table, rows in ((dev_t, devices), (port_t, ports), (optic_t, optics)):
         for i in range(0, len(rows), 1000):
             _upsert(shard_conn, table, rows[i:i + 1000])
+    hide_pods(shard_conn, hidden or set())
     return len(devices)
 
 
@@ -295,13 +320,13 @@ def apply(topology: Topology, *, allow_down: bool = False) -> Applied:
     control: Engine = get_engine(topology.control_url)
     with control.begin() as conn:
         pod_map = store_pod_map(conn, topology)
-        held = pods_held(conn)
+        held, hidden = pods_held(conn), pods_hidden(conn)
         for shard, url in sorted(topology.shards.items()):
             pods = held.get(shard, set())
             if shard in down or normalize_url(url) == normalize_url(topology.control_url):
                 continue  # down, or the control database doubles as this shard (it has the whole inventory)
             with get_engine(url).begin() as shard_conn:
-                n = sync_inventory(conn, shard_conn, pods)
+                n = sync_inventory(conn, shard_conn, pods, hidden.get(shard))
             log.info("shard %s: %d devices of %d pods", shard, n, len(pods))
         fleet_tables(conn, topology, pod_map)
     return Applied(pod_map, down)

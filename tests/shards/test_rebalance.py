@@ -128,6 +128,15 @@ def fleet_read(cluster: Cluster, device: str) -> list[tuple[str, str | None, lis
     return out
 
 
+def fleet_all(cluster: Cluster, device: str) -> list[tuple[str, str | None, list[tuple[int, float]]]]:
+    """The device's series in a fleet-wide read (no device asked: every pod read)."""
+    with cluster.engine.connect() as conn:
+        got, seen = fleet.query_series(conn=conn, topology=topology(cluster), metric="port_rx_bytes_total",
+                                       start=T0 - timedelta(days=3), end=T0 + timedelta(minutes=5), raw=True)
+    assert seen.missing == []
+    return sorted((r.device, r.port, list(r.points)) for r in got if r.device == device)
+
+
 def api_read(cluster: Cluster, device: str) -> Any:
     from fastapi.testclient import TestClient
 
@@ -156,7 +165,8 @@ def test_a_pod_moved_under_load_ends_on_the_new_shard_exactly_once(cluster: Clus
     a, b = cluster.shard_a.url("fw_shard"), cluster.shard_b.url("fw_shard")
     stored = history(cluster, device, "b")
     before, before_api = fleet_read(cluster, device), api_read(cluster, device)
-    assert samples_of(b, device) == (stored, stored) and len(before) == 4
+    before_all = fleet_all(cluster, device)
+    assert samples_of(b, device) == (stored, stored) and len(before) == 4 and len(before_all) == 2
 
     reports: list[ShardedReport] = []
     stop = threading.Event()
@@ -180,8 +190,14 @@ def test_a_pod_moved_under_load_ends_on_the_new_shard_exactly_once(cluster: Clus
     try:
         while len(reports) < 5:
             time.sleep(0.05)
-        report = move_pod(topology(cluster), pod, "a", batch_series=1,
-                          after_batch=lambda n: time.sleep(0.3))  # slow enough that writes come during the copy
+        during: list[Any] = []
+
+        def copied(n: int) -> None:  # slow enough that writes come during the copy
+            if not during:  # a fleet-wide read while the pod is on both shards sees it once
+                during.append(fleet_all(cluster, device))
+            time.sleep(0.3)
+
+        report = move_pod(topology(cluster), pod, "a", batch_series=1, after_batch=copied)
         n_after_switch = len(reports)
         while len(reports) < n_after_switch + 5:
             time.sleep(0.05)
@@ -207,6 +223,7 @@ def test_a_pod_moved_under_load_ends_on_the_new_shard_exactly_once(cluster: Clus
     # fleet reads: the same history as before, now from shard a, and the load on top
     assert fleet_read(cluster, device) == before
     assert api_read(cluster, device) == before_api
+    assert during == [before_all] and fleet_all(cluster, device) == before_all
     with cluster.engine.connect() as conn:
         got, _ = fleet.query_series(conn=conn, topology=topology(cluster), metric="port_rx_bytes_total",
                                     device=device, start=T0 + timedelta(hours=1), end=T0 + timedelta(hours=2),
@@ -245,6 +262,7 @@ def test_an_interrupted_move_finishes_when_run_again(cluster: Cluster) -> None:
     pod, device = new_pod(cluster, "b")
     a, b = cluster.shard_a.url("fw_shard"), cluster.shard_b.url("fw_shard")
     stored = history(cluster, device, "b")
+    before_all = fleet_all(cluster, device)
     batches = []
 
     def crash(n: int) -> None:
@@ -256,6 +274,7 @@ def test_an_interrupted_move_finishes_when_run_again(cluster: Cluster) -> None:
         move_pod(topology(cluster), pod, "a", batch_series=1, after_batch=crash)
     state = stored_row(cluster, pod)
     assert state["shard"] == "b" and state["move_to"] == "a" and state["move_cursor"] > 0
+    assert fleet_all(cluster, device) == before_all  # on both shards, read once
     # a write now goes to both shards
     report = ingest_samples(control=cluster.engine, topology=topology(cluster), samples=[
         Sample("port_rx_bytes_total", 1.0, T0_MS + 7_200_000, device, "eth0")])
@@ -276,6 +295,7 @@ def test_a_move_killed_while_removing_the_old_copy_finishes_when_run_again(clust
     pod, device = new_pod(cluster, "b")
     a, b = cluster.shard_a.url("fw_shard"), cluster.shard_b.url("fw_shard")
     stored = history(cluster, device, "b")
+    before_all = fleet_all(cluster, device)
 
     def progress(phase: str, done: int, total: int) -> None:
         if phase == "removing the old copy":
@@ -286,6 +306,7 @@ def test_a_move_killed_while_removing_the_old_copy_finishes_when_run_again(clust
     assert stored_row(cluster, pod) | {"move_cursor": None} == {
         "shard": "a", "move_to": None, "move_cursor": None, "leftover": "b", "moved_from": "b"}
     assert samples_of(a, device) == (stored, stored) and 0 < samples_of(b, device)[0] < stored
+    assert fleet_all(cluster, device) == before_all  # the old copy's rest is not read
     apply(topology(cluster))  # keeps the pod's devices on b until its copy there is removed
     assert _scalar(b, "SELECT count(*) FROM devices WHERE name = :d", d=device) == 1
     status = _cli(cluster, "status")
