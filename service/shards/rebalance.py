@@ -290,6 +290,8 @@ def remove_copy(control: Engine, topology: Topology, pod: str, shard: str, *, ba
     with engine.connect() as conn:
         total = _count_pod_series(conn, pod, 0)
     done = 0
+    if progress:
+        progress("removing the old copy", 0, total)
     while True:
         with engine.begin() as conn:
             ids = _pod_series(conn, pod, 0, batch_series)
@@ -342,8 +344,13 @@ def move_pod(topology: Topology, pod: str, to: str, *, batch_series: int = 500, 
     src_engine, tgt_engine = get_engine(topology.url(source)), get_engine(topology.url(to))
 
     # 1. mark
+    # the target's schema, and the day partitions the copy needs, made before any lock is taken: a write
+    # that made a partition on the target waits for nobody while holding that partition lock
     if state["move_to"] is None:
         prepare_shard(topology.url(to))
+    with src_engine.connect() as src, tgt_engine.begin() as tgt:
+        _copy_partitions(src, tgt)
+    if state["move_to"] is None:
         with _routing_lock(control, pod, lock_timeout_s) as conn:
             now = _state(conn, pod)
             if now is None or (now["shard"], now["move_to"], now["leftover"]) != (source, None, None):
@@ -352,22 +359,20 @@ def move_pod(topology: Topology, pod: str, to: str, *, batch_series: int = 500, 
                          {"to": to, "p": pod})  # committed with the rest below; read by the inventory sync
             _sync_inventory(conn, topology, to)  # the pod's devices, hidden from fleet reads until the switch
             with src_engine.connect() as src, tgt_engine.begin() as tgt:
-                _copy_partitions(src, tgt)
                 after = 0
                 while ids := _pod_series(src, pod, after, 10_000):  # every series, so writes find theirs
                     _copy_series(src, tgt, ids)
                     tgt.execute(text("DROP TABLE mv_series, mv_map"))
                     after = ids[-1]
         state["move_cursor"] = 0
-    else:
-        with src_engine.connect() as src, tgt_engine.begin() as tgt:
-            _copy_partitions(src, tgt)
 
     # 2. copy
     cursor = state["move_cursor"] or 0
     with src_engine.connect() as src:
         report.series = _count_pod_series(src, pod, 0)
         total, done = _count_pod_series(src, pod, cursor), 0
+    if progress:
+        progress("copying", 0, total)
     while True:
         with src_engine.connect() as src:
             ids = _pod_series(src, pod, cursor, batch_series)
@@ -385,6 +390,8 @@ def move_pod(topology: Topology, pod: str, to: str, *, batch_series: int = 500, 
             progress("copying", done, total)
 
     # 3. verify
+    if progress:
+        progress("verifying", 0, 1)
     for attempt in range(3):
         old, new = _verify(control, topology, pod, source, to, lock_timeout_s)
         short = [key for key, (_, n) in old.items() if new.get(key, (0, 0))[1] < n]
@@ -406,6 +413,8 @@ def move_pod(topology: Topology, pod: str, to: str, *, batch_series: int = 500, 
     report.extra = {_series_text(k): n - old.get(k, (0, 0))[1] for k, (_, n) in new.items()
                     if n > old.get(k, (0, 0))[1]}
 
+    if progress:
+        progress("switching", 0, 1)
     # 4. switch: the old copy hidden from fleet reads first, then the map, then the new copy shown (a crash
     # in between hides the pod from fleet reads until the re-run or an `apply`; it never shows it twice)
     with _routing_lock(control, pod, lock_timeout_s) as conn:
