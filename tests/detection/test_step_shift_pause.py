@@ -25,9 +25,11 @@ RX_BYTES_PER_S = 400e9 / 8 * 0.3   # the Driver's healthy rx traffic
 RX_PKTS_PER_S = RX_BYTES_PER_S / 4096
 
 
-def _run(poll_s: int, step_s: int, phase_s: int, fault: str) -> tuple[list[Finding], list[int], int]:
+def _run(poll_s: int, step_s: int, phase_s: int, fault: str, polls: int | None = None
+         ) -> tuple[list[Finding], list[int], int]:
     """Polls every `poll_s`, cycles every `step_s` (1 s after a poll, shifted by `phase_s`); the episode from
-    WARM_MIN + FAULT_MIN. Returns the findings, the cycle times and the episode's onset (ms)."""
+    WARM_MIN + FAULT_MIN, for `polls` polls (None: to the end). Returns the findings, the cycle times and the
+    episode's onset (ms)."""
     d = Driver(step_ms=poll_s * 1000)
     P = d.fab.P
     host = d.port("h2", "eth1")
@@ -35,10 +37,11 @@ def _run(poll_s: int, step_s: int, phase_s: int, fault: str) -> tuple[list[Findi
     out: list[Finding] = []
     cycles: list[int] = []
     k = 0
-    while d.t < onset + (END_MIN - WARM_MIN - FAULT_MIN) * 60_000:
+    while d.t < onset + (END_MIN + (60 if polls else 0) - WARM_MIN - FAULT_MIN) * 60_000:
         inc: dict[str, np.ndarray] = {}
         prio: dict[str, np.ndarray] = {}
-        if d.t + d.step_ms > onset:  # this poll's interval is (partly) after the onset
+        end = onset + (polls * d.step_ms if polls else 10**15)
+        if d.t + d.step_ms > onset and d.t < end:  # this poll's interval is (partly) in the episode
             pause, x = np.zeros(P), np.zeros(P)
             if fault == "pause_storm":
                 pause[host] = poll_s * 0.995          # paused ~all the interval on one priority
@@ -93,3 +96,34 @@ def test_shifting_the_cycle_step_does_not_change_whether_or_when_it_fires(fault:
             by = min(c for c in cycles if c >= t_ref + poll_ms)
             assert t_ref - poll_ms <= got <= by, (step_s, phase_s, (got - t_ref) / 1000, (by - t_ref) / 1000)
             _check(out, fault)
+
+
+def _ended(out: list[Finding], cycles: list[int], kind: str) -> int | None:
+    """The first cycle after the finding fired that no longer reports it (firing or holding)."""
+    t_fire = _first(out, kind)
+    shown = {f.at_ms for f in out if f.kind == kind}
+    return min((c for c in cycles if t_fire is not None and c > t_fire and c not in shown), default=None)
+
+
+@pytest.mark.parametrize("poll_s", [60, 300])
+def test_a_short_pause_storm_ends_in_the_same_data_time_at_any_step(poll_s: int) -> None:
+    """A storm of 3 polls inside a long cycle is seen (the cycle's highest-duty windows count) and its alert ends
+    once 2 observations (1 of 2) have read no storm: the cycle after the first one that read one poll past where
+    the poll-step cycles ended it, at the latest. Counting one observation per cycle, a 15 min cycle kept it open
+    for two cycles after the storm: 45 min."""
+    base, base_cycles, onset = _run(poll_s, poll_s, 0, "pause_storm", polls=3)
+    t_end = _ended(base, base_cycles, "pause_storm")
+    assert _first(base, "pause_storm") is not None and t_end is not None and t_end > onset
+    poll_ms = poll_s * 1000
+    for step_s in sorted({120, 300, 600, 900} - {poll_s}):
+        if step_s % poll_s:
+            continue
+        for phase_s in sorted({0, poll_s * (step_s // poll_s // 2)}):
+            out, cycles, _ = _run(poll_s, step_s, phase_s, "pause_storm", polls=3)
+            assert _first(out, "pause_storm") is not None, (step_s, phase_s)
+            got = _ended(out, cycles, "pause_storm")
+            read_past = min(c for c in cycles if c >= t_end + poll_ms)
+            by = min(c for c in cycles if c > read_past)
+            assert got is not None and t_end - poll_ms <= got <= by, (step_s, phase_s, got and (got - t_end) / 1000,
+                                                                      (by - t_end) / 1000)
+            _check(out, "pause_storm")
