@@ -134,6 +134,7 @@ class FabricHealthMetrics:
 
     def __init__(self) -> None:
         self.engine: Any = None
+        self.topology: Any = None   # sharded: each shard keeps its own detector state (docs/architecture.md#shards)
 
     def describe(self) -> list[Any]:
         return []   # collected only once an engine is set
@@ -150,7 +151,7 @@ class FabricHealthMetrics:
                 counts = conn.exec_driver_sql(_ALERT_COUNTS).all()
                 devices = conn.exec_driver_sql(_DEVICES).all()
                 faults = conn.exec_driver_sql(_FAULTS.replace(":n", str(FAULT_SERIES_MAX + 1))).all()
-                detector = conn.exec_driver_sql(_DETECTOR).first()
+                detector = None if self.topology is not None else conn.exec_driver_sql(_DETECTOR).first()
                 notify = conn.exec_driver_sql(_NOTIFY).all()
         except Exception:  # a scrape must still answer with the process's own metrics
             log.warning("fabric health gauges: cannot read the database", exc_info=True)
@@ -197,13 +198,11 @@ class FabricHealthMetrics:
         cut.add_metric([], max(0, sum(r[4] for r in counts) - FAULT_SERIES_MAX))
         yield cut
 
-        if detector is not None:
-            saved = GaugeMetricFamily("fabricwatch_detection_last_cycle_timestamp_seconds",
-                                      "Wall time the detection cycle last saved its state (a stalled detector: "
-                                      "time() minus this grows).")
+        if self.topology is not None:
+            yield from _shard_detectors(self.topology)
+        elif detector is not None:
+            saved, data = _detector_families([])
             saved.add_metric([], float(detector[0]))
-            data = GaugeMetricFamily("fabricwatch_detection_data_timestamp_seconds",
-                                     "Data time of the samples the last detection cycle read up to.")
             data.add_metric([], (detector[1] or 0) / 1000)
             yield from (saved, data)
 
@@ -230,6 +229,37 @@ class FabricHealthMetrics:
                 if is_up is not None:
                     up.add_metric([name], 1 if is_up else 0)
         yield from (pending, oldest, dead, up, firing)
+
+
+def _detector_families(labels: list[str]) -> tuple[Any, Any]:
+    from prometheus_client.core import GaugeMetricFamily
+
+    return (GaugeMetricFamily("fabricwatch_detection_last_cycle_timestamp_seconds",
+                              "Wall time the detection cycle last saved its state (a stalled detector: time() minus "
+                              "this grows); sharded, one per shard.", labels=labels),
+            GaugeMetricFamily("fabricwatch_detection_data_timestamp_seconds",
+                              "Data time of the samples the last detection cycle read up to; sharded, one per "
+                              "shard.", labels=labels))
+
+
+def _shard_detectors(topology: Any) -> Iterator[Any]:
+    """Sharded: each shard's detector state, read on the shard, labelled `shard` (none before its first cycle),
+    and `fabricwatch_shard_up`: 0 for a shard that did not answer, whose gauges are then absent."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    from service.shards.views import read_each_shard
+
+    got, down = read_each_shard(topology, lambda conn: conn.exec_driver_sql(_DETECTOR).first())
+    saved, data = _detector_families(["shard"])
+    for shard, row in sorted(got.items()):
+        if row is not None:
+            saved.add_metric([shard], float(row[0]))
+            data.add_metric([shard], (row[1] or 0) / 1000)
+    up = GaugeMetricFamily("fabricwatch_shard_up", "1 if the telemetry shard answered this scrape's read of its "
+                           "detector state, 0 if not (its detection gauges are then absent).", labels=["shard"])
+    for shard in sorted(topology.shards):
+        up.add_metric([shard], 0 if shard in down else 1)
+    yield from (saved, data, up)
 
 
 HEALTH = FabricHealthMetrics()

@@ -27,6 +27,7 @@ from service.noc import views as noc_views
 from service.notify import am_views
 from service.notify import views as notify_views
 from service.observability import HEALTH, TARGET_COVERAGE
+from service.shards.views import fleet_topology
 from service.telemetry import remote_write_views
 from service.telemetry import views as telemetry_views
 
@@ -58,6 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = get_engine(settings.database_url)
     TARGET_COVERAGE.engine = app.state.engine   # /metrics reads the targets' coverage from this database
     HEALTH.engine = app.state.engine            # and the alerts and receivers
+    HEALTH.topology = fleet_topology(app.state.engine, settings)  # sharded: the shards' detector states
     problems.install(app)
     # The last added runs first: the token is checked before the body limit, and both before any body is read.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

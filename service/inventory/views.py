@@ -121,6 +121,9 @@ class DeviceDetail(BaseModel):
     updated_at: datetime
     ports: list[DevicePort]
     endpoints: list[DeviceTarget]
+    missing_pods: list[str] = Field(description="the device's pod when its shard did not answer (the "
+                                    "X-Fabricwatch-Missing-Pods header): oper status unknown, not down; "
+                                    "empty when the answer is whole")
 
 
 class PortItem(BaseModel):
@@ -260,20 +263,49 @@ def list_devices(engine: EngineDep, _: ReadScope, role: DeviceRole | None = None
 
 
 _DEVICE_PORTS_SQL = """
-SELECT p.name, p.speed_gbps, p.rail, p.gpu, p.nic,
+SELECT p.id, p.name, p.speed_gbps, p.rail, p.gpu, p.nic,
        o.type AS optic_type, o.part_number, o.vendor AS optic_vendor, o.serial, o.form_factor, o.lanes,
-       l.id AS link_id, pd.name AS peer_device, pp.name AS peer_port, st.value AS oper_up, st.ts AS oper_ts
+       l.id AS link_id, pd.name AS peer_device, pp.name AS peer_port
 FROM ports p
 LEFT JOIN optics o ON o.port_id = p.id
 LEFT JOIN links l ON l.a_port_id = p.id OR l.b_port_id = p.id
 LEFT JOIN ports pp ON pp.id = CASE WHEN l.a_port_id = p.id THEN l.b_port_id ELSE l.a_port_id END
 LEFT JOIN devices pd ON pd.id = pp.device_id
-LEFT JOIN series s ON s.metric = 'port_oper_up' AND s.device_id = p.device_id AND s.port_id = p.id
-     AND s.lane IS NULL AND s.priority IS NULL AND s.gpu IS NULL
-LEFT JOIN LATERAL last_samples(s.id, 1) st ON true
 WHERE p.device_id = :id
 ORDER BY p.id
 """
+
+# Each port's newest port_oper_up sample: on one server from its own series; sharded, from the device's shard
+# through the fleet tables (port ids are the control database's on every shard).
+_OPER_SQL = """
+SELECT s.port_id, st.value, st.ts FROM series s JOIN LATERAL last_samples(s.id, 1) st ON true
+WHERE s.metric = 'port_oper_up' AND s.device_id = :id AND s.port_id IS NOT NULL
+  AND s.lane IS NULL AND s.priority IS NULL AND s.gpu IS NULL
+"""
+_FLEET_OPER_SQL = """
+SELECT port_id, value, ts FROM fleet.latest
+WHERE pod = ANY(:pods) AND metric = 'port_oper_up' AND rn = 1 AND port_id = ANY(:ports) AND lane IS NULL
+"""
+
+
+def _oper(conn: Connection, settings: Any, device_id: int, pod: str | None, ports: list[int]
+          ) -> tuple[dict[int, tuple[float, datetime]], list[str]]:
+    """Port id -> (latest port_oper_up, its time), and the device's pod when its shard did not answer."""
+    from service.shards.views import fleet_topology
+
+    shards = fleet_topology(conn.engine, settings)
+    if shards is None:
+        return {r[0]: (r[1], r[2]) for r in conn.execute(text(_OPER_SQL), {"id": device_id})}, []
+    from service.shards.fleet import read_fleet
+
+    def read(pods: list[str], _: dict[str, str]) -> dict[int, tuple[float, datetime]]:
+        if not pods:
+            return {}
+        return {r[0]: (r[1], r[2]) for r in conn.execute(text(_FLEET_OPER_SQL), {"pods": pods, "ports": ports})}
+
+    got, seen = read_fleet(conn, shards, read, asked={pod or ""})
+    return got, seen.missing_shown
+
 
 _TARGETS_SQL = """
 SELECT e.protocol, e.address, e.port, t.last_attempt, t.last_success, t.last_error,
@@ -285,32 +317,36 @@ WHERE e.device_id = :id ORDER BY e.protocol
 
 @router.get("/devices/{name}", summary="One device with its ports (optic, peer, oper status) and targets",
             response_model=DeviceDetail)
-def get_device(name: str, engine: EngineDep, _: ReadScope) -> dict[str, Any]:
+def get_device(name: str, engine: EngineDep, settings: SettingsDep, response: Response,
+               _: ReadScope) -> dict[str, Any]:
     with engine.connect() as conn:
         dev = conn.execute(text("SELECT id, name, kind, role, pod, rack, vendor, model, mgmt_address, gpus, "
                                 "updated_at FROM devices WHERE name = :n"), {"n": name}).mappings().first()
         if dev is None:
             raise Problem(404, "Not found", f"no device named {name!r}")
-        ports = []
-        for r in conn.execute(text(_DEVICE_PORTS_SQL), {"id": dev["id"]}).mappings():
-            ports.append({
-                "name": r["name"], "speed_gbps": r["speed_gbps"], "rail": r["rail"], "gpu": r["gpu"],
-                "nic": r["nic"],
-                "optic": None if r["optic_type"] is None and r["part_number"] is None else {
-                    "type": r["optic_type"], "part_number": r["part_number"], "vendor": r["optic_vendor"],
-                    "serial": r["serial"], "form_factor": r["form_factor"], "lanes": r["lanes"]},
-                "peer": None if r["link_id"] is None else {
-                    "link_id": r["link_id"], "device": r["peer_device"], "port": r["peer_port"]},
-                "oper_up": None if r["oper_up"] is None else r["oper_up"] >= 0.5, "oper_at": r["oper_ts"],
-            })
+        rows = conn.execute(text(_DEVICE_PORTS_SQL), {"id": dev["id"]}).mappings().all()
         targets = []
         for t in conn.execute(text(_TARGETS_SQL), {"id": dev["id"]}).mappings():
             state = "never_polled" if t["last_attempt"] is None else (
                 "failing" if t["consecutive_failures"] else "ok")
             targets.append({**t, "state": state})
+        oper, missing = _oper(conn, settings, dev["id"], dev["pod"], sorted({r["id"] for r in rows}))
+    ports = []
+    for r in rows:
+        up, at = oper.get(r["id"], (None, None))
+        ports.append({
+            "name": r["name"], "speed_gbps": r["speed_gbps"], "rail": r["rail"], "gpu": r["gpu"],
+            "nic": r["nic"],
+            "optic": None if r["optic_type"] is None and r["part_number"] is None else {
+                "type": r["optic_type"], "part_number": r["part_number"], "vendor": r["optic_vendor"],
+                "serial": r["serial"], "form_factor": r["form_factor"], "lanes": r["lanes"]},
+            "peer": None if r["link_id"] is None else {
+                "link_id": r["link_id"], "device": r["peer_device"], "port": r["peer_port"]},
+            "oper_up": None if up is None else up >= 0.5, "oper_at": at,
+        })
     out = {k: v for k, v in dev.items() if k != "id"}
     out.update(ports=ports, endpoints=targets)
-    return out
+    return say_missing(response, out, missing)
 
 
 # ---------------------------------------------------------------------------- ports and links

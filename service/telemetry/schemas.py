@@ -129,6 +129,9 @@ class TargetRead(BaseModel):
 class TargetsRead(BaseModel):
     targets: list[TargetRead]
     summary: dict[TargetState, int] = Field(description="targets per state")
+    missing_pods: list[str] = Field(default_factory=list, description="sharded: pods of the selection whose "
+                                    "shard did not answer (the X-Fabricwatch-Missing-Pods header), their "
+                                    "targets' blocked_rules null; empty when the answer is whole")
 
 
 class LinkCheckItem(BaseModel):

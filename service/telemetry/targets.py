@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -129,25 +130,32 @@ ORDER BY d.name, e.protocol
 
 
 def list_targets(conn: Connection, *, device: str | None = None, protocol: str | None = None,
-                 pod: str | None = None, rules: bool = True) -> list[dict[str, Any]]:
+                 pod: str | None = None, rules: bool = True,
+                 blocked_of: Callable[[str], list[dict[str, Any]] | None] | None = None) -> list[dict[str, Any]]:
     """Every collection target with its last status and coverage.
 
     `state` is ok, degraded (the target answered, but the last collection stored no sample, or an
     expected metric group is missing: a blind spot, `reason` says why in words), failing or
     never_polled; never `ok` with nothing. `coverage` (service/telemetry/coverage.py) is the groups
     expected against those that arrived, the refused samples per reason with examples and, with
-    `rules`, the detector's per-port rules that cannot run on the device. gNMI targets also carry
+    `rules`, the detector's per-port rules that cannot run on the device (`blocked_of(device)` when given:
+    a sharded deployment reads them from each device's shard). gNMI targets also carry
     `stream`: their mode and the state of their Subscribe stream (collectors/gnmi_stream.py).
     """
     from collectors.gnmi_stream import describe
     from service.telemetry.coverage import blocked_rules_by_device, state_of, summarize
 
-    blocked = blocked_rules_by_device(conn) if rules else None
+    blocked = blocked_rules_by_device(conn) if rules and blocked_of is None else None
+
+    def rules_of(dev: str) -> list[dict[str, Any]] | None:
+        if blocked_of is not None:
+            return blocked_of(dev)
+        return None if blocked is None else blocked.get(dev, [])
     out = []
     rows = conn.execute(text(_TARGETS_SQL), {"device": device, "protocol": protocol, "pod": pod}).all()
     for (dev, proto, addr, port, pod, attempt, success, error, error_at, warnings, duration, samples,
          failures, config, record, *stream) in rows:
-        cov = summarize(record, None if blocked is None else blocked.get(dev, []))
+        cov = summarize(record, rules_of(dev))
         state = "never_polled" if attempt is None else ("failing" if failures else "ok")
         reason = error if failures else None
         if state == "ok" and (why := state_of(cov, stored=samples, warnings=warnings.split("\n") if warnings else [])):

@@ -129,18 +129,29 @@ def get_series(
 
 @router.get("/targets", summary="Collection targets and their last status", response_model=TargetsRead)
 def get_targets(
-    engine: EngineDep, _: ReadScope, device: str | None = None, protocol: EndpointProtocol | None = None,
-    pod: str | None = None, state: Annotated[list[TargetState] | None, Query()] = None,
+    engine: EngineDep, settings: SettingsDep, response: Response, _: ReadScope, device: str | None = None,
+    protocol: EndpointProtocol | None = None, pod: str | None = None,
+    state: Annotated[list[TargetState] | None, Query()] = None,
 ) -> dict[str, Any]:
+    from service.shards.views import fleet_topology, say_missing
     from service.telemetry.targets import list_targets
 
+    shards = fleet_topology(engine, settings)
     with engine.connect() as conn:
-        items = list_targets(conn, device=device, protocol=protocol, pod=pod)
+        if shards is None:
+            items, missing = list_targets(conn, device=device, protocol=protocol, pod=pod), []
+        else:  # the blocked rules from each device's shard's detector state; a shard down is named
+            from service.shards.views import blocked_across_shards
+
+            blocked_of, down = blocked_across_shards(conn, shards)
+            items = list_targets(conn, device=device, protocol=protocol, pod=pod, blocked_of=blocked_of)
+            missing = sorted({t["pod"] or "" for t in items} & down)
     counts: dict[str, int] = {}
     for t in items:
         counts[t["state"]] = counts.get(t["state"], 0) + 1
     # the summary counts every state of the device/protocol/pod selection: how many are ok beside the failing
-    return {"targets": [t for t in items if not state or t["state"] in state], "summary": counts}
+    return say_missing(response, {"targets": [t for t in items if not state or t["state"] in state],
+                                  "summary": counts}, [p or "(no pod)" for p in missing])
 
 
 @router.get("/linkcheck", summary="LLDP neighbours compared with the inventory's links", response_model=LinkCheckRead)
