@@ -869,8 +869,8 @@ class FeatureState:
                                     "down_since": self.down_since, "down_from_up": self.down_from_up,
                                     "oper_gap": self.oper_gap,
                                     **{f"dark|{m}": v for m, v in self.dark_since.items()},
-                                    "pf_carry": self.pf_carry, "pf_last_ms": self.pf_last_ms, "storm_down": self.storm_down,
-                                    "flap_t": self.flaps.t}
+                                    "pf_carry": self.pf_carry, "pf_last_ms": self.pf_last_ms,
+                                    "storm_down": self.storm_down, "flap_t": self.flaps.t}
         for m, t in self.gauges.items():
             for f in t.FIELDS:
                 a[f"g|{m}|{f}"] = getattr(t, f)
