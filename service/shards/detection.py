@@ -184,7 +184,7 @@ def run_shard_cycle(topology: Topology, shard: str, at_ms: int, *, name: str = "
 def run_all_shards(topology: Topology, at_ms: int, *, name: str = "default",
                    config: Config | None = None) -> tuple[dict[str, ShardCycle], dict[str, str]]:
     """Every shard's cycle in turn, here (`fabricwatch detect`, or a task sent without a shard): one that fails
-    (its shard down) is named in the second result, and the others run all the same."""
+    (its shard down, or a time not after its last cycle) is named in the second result, and the others run."""
     from service.migrate import one_line
 
     done: dict[str, ShardCycle] = {}
@@ -192,7 +192,7 @@ def run_all_shards(topology: Topology, at_ms: int, *, name: str = "default",
     for shard in sorted(topology.shards):
         try:
             done[shard] = run_shard_cycle(topology, shard, at_ms, name=name, config=config)
-        except (DBAPIError, psycopg.Error) as exc:
+        except (DBAPIError, psycopg.Error, ValueError) as exc:
             failed[shard] = one_line(exc)
             log.error("shard %s: detection cycle failed: %s", shard, failed[shard])
     return done, failed

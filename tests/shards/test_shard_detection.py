@@ -313,6 +313,11 @@ def test_with_one_shard_down_the_other_shards_detection_runs_and_alerts(bed: Bed
     log = err.decode(errors="replace")
     # b's task failed on its own queue, naming the refused connection
     assert "fabricwatch.run_detection" in log and "Connection refused" in log, log[-3000:]
+    # b back: the same command runs b's cycle, and names a's (already run at that time) as failed
+    cli = subprocess.run([sys.executable, "-m", "service.cli", "detect", "--at", str(t[2])], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 1 and "shard b: cycle at" in cli.stderr, cli.stderr[-2000:]
+    assert "shard a: the cycle failed: cycle at" in cli.stderr and "is not after" in cli.stderr, cli.stderr[-2000:]
     back = run_shard_cycle(cluster.topology(), "b", t[3])
     assert back.far_missing == {}
     assert _alerts(engine)["telemetry_gap/leaf-p2-01"].state == "firing"
