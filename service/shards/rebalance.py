@@ -286,6 +286,10 @@ def remove_copy(control: Engine, topology: Topology, pod: str, shard: str, *, ba
                 progress: Progress | None = None) -> int:
     """Delete the pod's telemetry on `shard` (its `leftover`), in batches, then its inventory copy there,
     and clear `leftover`. Returns the series removed."""
+    with control.connect() as conn:
+        owner, to = conn.execute(text("SELECT shard, move_to FROM shard_pods WHERE pod = :p"), {"p": pod}).one()
+    if shard in (owner, to):  # never the copy that reads or writes use
+        raise MoveError(f"pod {_pod_shown(pod)}: shard {shard!r} holds its live copy; nothing removed")
     engine = get_engine(topology.url(shard))
     with engine.connect() as conn:
         total = _count_pod_series(conn, pod, 0)
