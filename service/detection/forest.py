@@ -254,7 +254,7 @@ def threshold_for(cal: np.ndarray, cfg: Config) -> float:
     scores above their `if_tail_from` quantile, extrapolated.
 
     The budget is far beyond what a day of rows can show as a quantile (a 0.999 quantile of ~2,000 rows of ~20
-    ports is their second largest, and the next day's healthy ports crossed it ten times as often). An
+    ports is their second largest, and the next day's healthy ports crossed it 9-18 times as often). An
     exponential tail is heavier than an isolation score's (bounded by 1), so the extrapolation errs quiet.
     """
     if not len(cal):
@@ -272,7 +272,7 @@ def reservoir_take(clean: np.ndarray, obs_t: np.ndarray, sec: int, cohort: np.nd
     Each port gives one row per period of data time, the period set so that a cohort adds `if_reservoir` rows per
     `if_window_ms`: the newest `if_reservoir` rows (what the reservoir keeps) then span that window, whole days of
     the diurnal cycle, whatever the cohort's size and poll rate. Keeping every row instead held 15 h for a
-    23-port cohort polled every 5 minutes; the hours it missed (the night, on the simulator's fabric) held 90 %
+    23-port cohort polled every 5 minutes; the hours it missed (the night, on the simulator's fabric) held 95 %
     of the next day's false outliers. `obs_t` is the anomaly condition's observation times (uint32 s, newest
     last, this cycle's included), `sec` this cycle's: a port takes a row when a period boundary (offset per port,
     to spread them) fell since its previous observation, so a poll cadence finer or coarser than a cycle samples
