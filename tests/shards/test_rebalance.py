@@ -341,6 +341,39 @@ def test_an_aborted_move_leaves_the_pod_where_it_was(cluster: Cluster) -> None:
         abort_move(topology(cluster), pod)
 
 
+def test_a_move_whose_target_went_down_is_aborted_and_writes_go_on(cluster: Cluster) -> None:
+    """The new shard lost mid-copy: the pod's writes cannot reach it; --abort needs only the control database,
+    writes go to the old shard alone again, and the new shard's copy is removed once it is back."""
+    from service.shards.topology import ShardsUnavailable
+
+    pod, device = new_pod(cluster, "a")
+    a, b = cluster.shard_a.url("fw_shard"), cluster.shard_b.url("fw_shard")
+    stored = history(cluster, device, "a")
+
+    def crash(n: int) -> None:
+        raise KeyboardInterrupt("killed")
+
+    with pytest.raises(KeyboardInterrupt):
+        move_pod(topology(cluster), pod, "b", batch_series=1, after_batch=crash)
+    sample = Sample("port_rx_bytes_total", 1.0, T0_MS + 7_200_000, device, "eth0")
+    cluster.shard_b.stop()
+    try:
+        report = ingest_samples(control=cluster.engine, topology=topology(cluster), samples=[sample])
+        assert list(report.errors) == ["b"] and report.reports == {}  # not stored on a without b either
+        with pytest.raises(ShardsUnavailable, match="shard 'b' unreachable"):
+            abort_move(topology(cluster), pod)
+        assert stored_row(cluster, pod) | {"move_cursor": None} == {
+            "shard": "a", "move_to": None, "move_cursor": None, "leftover": "b", "moved_from": None}
+        report = ingest_samples(control=cluster.engine, topology=topology(cluster), samples=[sample])
+        assert report.errors == {} and report.reports["a"].written == 1 and not report.copies
+    finally:
+        cluster.shard_b.start()
+    assert abort_move(topology(cluster), pod) == "b"
+    assert samples_of(b, device) == (0, 0) and orphans(b) == 0
+    assert samples_of(a, device) == (stored + 1, stored + 1)
+    assert stored_row(cluster, pod)["leftover"] is None
+
+
 def _cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     import os
     import sys
