@@ -287,9 +287,9 @@ def test_with_one_shard_down_the_other_shards_detection_runs_and_alerts(bed: Bed
         assert b_before == 1
         for shard in ("b", "a"):  # b first: its failure must not hold a's cycle up
             client.send_task("fabricwatch.run_detection", kwargs={"shard": shard, "at_ms": t[0]},
-                             queue=detect_queue(shard), expires=120)
+                             queue=detect_queue(shard), expires=300)
         _wait(lambda: _scalar(bed.url("a"), "SELECT last_cycle_ms FROM detector_state WHERE name = 'default'")
-              == t[0], 90, "shard a's cycle", worker)
+              == t[0], 240, "shard a's cycle", worker)  # a worker starting on a busy machine
         alerts = _alerts(engine)
         assert alerts["telemetry_gap/leaf-p1-01"].state == "firing"
         assert "telemetry_gap/leaf-p2-01" not in alerts  # b's device: only b's own cycle may raise it
