@@ -100,22 +100,21 @@ def read_each_shard(topology: Topology, read: Callable[[Connection], T]) -> tupl
     return got, down
 
 
-def _shard_blocked(url: str, name: str) -> Callable[[Connection], dict[str, list[dict[str, Any]]] | None]:
-    """A shard's per-device blocked rules (coverage.py's, from its own inventory copy), read once per saved
-    state; None before its first cycle."""
-    def read(conn: Connection) -> dict[str, list[dict[str, Any]]] | None:
-        saved = conn.execute(text("SELECT saved_at FROM detector_state WHERE name = :n"), {"n": name}).scalar()
-        if saved is None:
-            return None
-        with _BLOCKED_LOCK:
-            hit = _BLOCKED.get((url, name))
-        if hit is not None and hit[0] == saved:
-            return hit[1]
-        value = _read_blocked(conn, name)
-        with _BLOCKED_LOCK:
-            _BLOCKED[(url, name)] = (saved, value)
-        return value
-    return read
+def _shard_blocked(conn: Connection, name: str) -> dict[str, list[dict[str, Any]]] | None:
+    """A shard's per-device blocked rules (coverage.py's, from the shard's own inventory copy), read once per
+    saved state; None before its first cycle."""
+    saved = conn.execute(text("SELECT saved_at FROM detector_state WHERE name = :n"), {"n": name}).scalar()
+    if saved is None:
+        return None
+    key = (str(conn.engine.url), name)
+    with _BLOCKED_LOCK:
+        hit = _BLOCKED.get(key)
+    if hit is not None and hit[0] == saved:
+        return hit[1]
+    value = _read_blocked(conn, name)
+    with _BLOCKED_LOCK:
+        _BLOCKED[key] = (saved, value)
+    return value
 
 
 def blocked_across_shards(conn: Connection, topology: Topology, name: str = "default"
@@ -127,7 +126,7 @@ def blocked_across_shards(conn: Connection, topology: Topology, name: str = "def
     stored = pod_map(conn)
     owner = {dev: stored.get(pod, topology.shard_of(pod or None)) for dev, pod in conn.execute(
         text("SELECT name, coalesce(pod, '') FROM devices")).all()}
-    per, down = read_each_shard(topology, lambda c: _shard_blocked(str(c.engine.url), name)(c))
+    per, down = read_each_shard(topology, lambda c: _shard_blocked(c, name))
 
     def of(device: str) -> list[dict[str, Any]] | None:
         rules = per.get(owner.get(device, topology.default))
