@@ -1,9 +1,9 @@
 """The API side of a sharded deployment: fleet-wide reads say which pods they could not see.
 
-Every response that aggregates telemetry across the fleet (`/series`, `/kpis`, `/summary`, `/topology`)
-carries the `X-Fabricwatch-Missing-Pods` header and, in its JSON object, `missing_pods`: the pods of the
-shards that did not answer ('(no pod)' for pod-less devices), empty when the answer is whole (always, on
-one server).
+Every response that reads telemetry or detector state across shards (`/series`, `/kpis`, `/summary`,
+`/topology`, `/optics`, `/devices/{name}`, `/targets`) carries the `X-Fabricwatch-Missing-Pods` header and,
+in its JSON object, `missing_pods`: the pods of the shards that did not answer ('(no pod)' for pod-less
+devices), empty when the answer is whole (always, on one server).
 """
 
 from __future__ import annotations
