@@ -181,9 +181,13 @@ def backtest_command(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from service.cli import console, database_errors
+    from service.cli import console, database_errors, settings_or_exit
     from service.pipeline import replay_alerts
 
+    if settings_or_exit().shards.urls:  # the control database holds no samples: a replay of it finds nothing
+        console.print("[red]error:[/red] backtest does not replay sharded telemetry yet: the samples are on the "
+                      "shards (FABRICWATCH_SHARDS_URLS), the control database has none to replay")
+        raise typer.Exit(1)
     a, b = parse_time_ms(from_), parse_time_ms(to)
     if b < a:
         raise typer.BadParameter("--to is before --from")
