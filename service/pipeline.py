@@ -8,7 +8,8 @@ nothing, notifies nobody and never holds the live alert lock for longer than one
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -86,18 +87,32 @@ def run_cycle(engine: Engine, at_ms: int, *, name: str = "default", config: Conf
         return apply_cycle(conn, findings, at_ms)
 
 
+@contextmanager
+def shadowed_alerts(conn: Connection) -> Iterator[None]:
+    """The alert tables shadowed by session-local temporary copies on `conn` for the block: what the alert
+    state machine writes there is dropped at the end, and nobody is notified."""
+    conn.execute(text("SET fabricwatch.replay = 'on'"))  # service.events.publish stays quiet
+    for table in _SHADOWED:
+        conn.execute(text(f"CREATE TEMP TABLE {table} (LIKE public.{table} INCLUDING ALL)"))
+    # A pooled connection may hold statements psycopg prepared on the real tables; a new temp table does
+    # not invalidate their plans once this session has a temp schema, so they would write the live alerts.
+    conn.execute(text("DISCARD PLANS"))
+    conn.commit()
+    try:
+        yield
+    finally:
+        conn.rollback()
+        for table in _SHADOWED:
+            conn.execute(text(f"DROP TABLE IF EXISTS pg_temp.{table}"))
+        conn.execute(text("RESET fabricwatch.replay"))
+        conn.commit()
+
+
 def replay_alerts(engine: Engine, from_ms: int, to_ms: int, step_ms: int, *, config: Config | None = None,
                   on_cycle: Callable[[CycleOutcome], None] | None = None) -> list[CycleOutcome]:
     """Backtest: the alert changes live detection would have made over [from, to], changing nothing."""
     outcomes: list[CycleOutcome] = []
-    with engine.connect() as conn:
-        conn.execute(text("SET fabricwatch.replay = 'on'"))  # service.events.publish stays quiet
-        for table in _SHADOWED:
-            conn.execute(text(f"CREATE TEMP TABLE {table} (LIKE public.{table} INCLUDING ALL)"))
-        # A pooled connection may hold statements psycopg prepared on the real tables; a new temp table does
-        # not invalidate their plans once this session has a temp schema, so they would write the live alerts.
-        conn.execute(text("DISCARD PLANS"))
-        conn.commit()
+    with engine.connect() as conn, shadowed_alerts(conn):
 
         def cycle(at_ms: int, findings: list[Finding]) -> None:
             with conn.begin():
@@ -106,12 +121,5 @@ def replay_alerts(engine: Engine, from_ms: int, to_ms: int, step_ms: int, *, con
             if on_cycle is not None:
                 on_cycle(outcome)
 
-        try:
-            backtest(engine, from_ms, to_ms, step_ms, config=config, on_cycle=cycle)
-        finally:
-            conn.rollback()
-            for table in _SHADOWED:
-                conn.execute(text(f"DROP TABLE IF EXISTS pg_temp.{table}"))
-            conn.execute(text("RESET fabricwatch.replay"))
-            conn.commit()
+        backtest(engine, from_ms, to_ms, step_ms, config=config, on_cycle=cycle)
     return outcomes

@@ -12,6 +12,7 @@ import json
 import re
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -97,16 +98,20 @@ def change_row(at_ms: int, c: AlertChange, finding: Finding | None) -> dict[str,
     return row
 
 
-def _write_changes(outcome: CycleOutcome, last: dict[str, Finding], as_json: bool, out: TextIO) -> None:
+def _write_changes(outcome: CycleOutcome, last: dict[str, Finding], as_json: bool, out: TextIO, *,
+                   shard: str | None = None) -> None:
     """The alert changes of one cycle (what on-call would have seen); `last` is the newest finding per
-    fingerprint, updated here, so a resolve still names its cause."""
+    fingerprint, updated here, so a resolve still names its cause. With shards, each names its `shard`."""
     last.update((f.fingerprint, f) for f in outcome.findings)
     for c in outcome.changes.changes:
         row = change_row(outcome.at_ms, c, last.get(c.fingerprint))
+        if shard is not None:
+            row = {"type": row.pop("type"), "shard": shard, **row}
         if as_json:
             out.write(json.dumps(row, default=_json_default) + "\n")
         else:
-            out.write(f"{outcome.at_ms}\talert {c.alert_id}\t{c.event}\t{c.to_state}\t{c.fingerprint}\t"
+            where = f"shard {shard}\t" if shard is not None else ""
+            out.write(f"{outcome.at_ms}\t{where}alert {c.alert_id}\t{c.event}\t{c.to_state}\t{c.fingerprint}\t"
                       f"{row['cause']}\t{row['severity']}\n")
 
 
@@ -171,6 +176,8 @@ def backtest_command(
                                                           "this file, written whole when the replay ends.",
                                              dir_okay=False)] = None,
     findings: Annotated[bool, typer.Option(help="Print every cycle's findings too.")] = False,
+    shard: Annotated[str | None, typer.Option("--shard", help="With shards: replay this shard only (default: "
+                                                               "every shard in turn).")] = None,
 ) -> None:
     """Replay stored history from a fresh state: the alert changes live detection would have made.
 
@@ -178,50 +185,104 @@ def backtest_command(
     replay). Each alert change (opened, reopened, severity_changed, resolved, ...) goes to standard output
     with its data time, entity, cause, severity, action and evidence; with --json one JSON object per line
     and a closing {"type": "summary"} object. A progress bar and the summary table go to standard error.
+    With shards, each shard's history is replayed as its live cycles run (its own findings and alerts, its far
+    link ends read through the fleet tables): every line and summary names its shard, and a shard that cannot
+    be replayed (down) is named, the others replayed, and the command exits 1.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from service.cli import console, database_errors, settings_or_exit
+    from service.cli import console, database_errors, database_url_or_exit, settings_or_exit
     from service.pipeline import replay_alerts
 
-    if settings_or_exit().shards.urls:  # the control database holds no samples: a replay of it finds nothing
-        console.print("[red]error:[/red] backtest does not replay sharded telemetry yet: the samples are on the "
-                      "shards (FABRICWATCH_SHARDS_URLS), the control database has none to replay")
-        raise typer.Exit(1)
+    settings = settings_or_exit()
     a, b = parse_time_ms(from_), parse_time_ms(to)
     if b < a:
         raise typer.BadParameter("--to is before --from")
     step_ms = parse_step_ms(step)
     if out is not None and not out.parent.is_dir():
         raise typer.BadParameter(f"{str(out)!r}: directory {str(out.parent)!r} does not exist", param_hint="--out")
-    tally = _Tally()
+    shards: list[str | None] = [None]
+    if settings.shards.urls:
+        from service.shards.topology import Topology
+
+        topology = Topology.of(database_url_or_exit(settings), settings.shards)
+        if shard is not None and shard not in topology.shards:
+            raise typer.BadParameter(f"unknown shard {shard!r} (shards: {', '.join(sorted(topology.shards))})",
+                                     param_hint="--shard")
+        shards = [shard] if shard is not None else sorted(topology.shards)
+    elif shard is not None:
+        raise typer.BadParameter("no shards are configured (FABRICWATCH_SHARDS_URLS is empty)", param_hint="--shard")
+    n_cycles = (b - a) // step_ms + 1
+    done: dict[str | None, tuple[list[CycleOutcome], _Tally]] = {}
+    failed: dict[str, str] = {}
     with database_errors(), Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(),
                                      TimeRemainingColumn(), console=console, transient=True) as progress:
-        task = progress.add_task("backtest", total=(b - a) // step_ms + 1)
+        task = progress.add_task("backtest", total=n_cycles * len(shards))
+        for name in shards:
+            tally = _Tally()
 
-        def on_cycle(outcome: CycleOutcome) -> None:
-            tally.add(outcome)
-            progress.advance(task)
+            def on_cycle(outcome: CycleOutcome, tally: _Tally = tally) -> None:
+                tally.add(outcome)
+                progress.advance(task)
 
-        outcomes = replay_alerts(_engine(), a, b, step_ms, on_cycle=on_cycle)
+            if name is None:
+                done[None] = (replay_alerts(_engine(), a, b, step_ms, on_cycle=on_cycle), tally)
+                continue
+            replayed = _replay_shard(topology, name, a, b, step_ms, on_cycle, failed)
+            if replayed is not None:
+                done[name] = (replayed, tally)
     if findings:
-        _print([f for o in outcomes for f in o.findings], as_json)
+        _print([f for outcomes, _ in done.values() for o in outcomes for f in o.findings], as_json)
     lines = io.StringIO()
-    last: dict[str, Finding] = {}
-    for o in outcomes:
-        _write_changes(o, last, True, lines)
-    lines.write(json.dumps(tally.as_dict(a, b, step_ms)) + "\n")
+    for name, (outcomes, tally) in done.items():
+        last: dict[str, Finding] = {}
+        for o in outcomes:
+            _write_changes(o, last, True, lines, shard=name)
+        head = {"type": "summary", "shard": name} if name is not None else {}
+        lines.write(json.dumps(head | tally.as_dict(a, b, step_ms)) + "\n")
+    for name, why in failed.items():
+        lines.write(json.dumps({"type": "error", "shard": name, "error": why}) + "\n")
     if as_json:
         sys.stdout.write(lines.getvalue())
     else:
-        last.clear()
-        for o in outcomes:
-            _write_changes(o, last, False, sys.stdout)
+        for name, (outcomes, _) in done.items():
+            last = {}
+            for o in outcomes:
+                _write_changes(o, last, False, sys.stdout, shard=name)
     if out is not None:  # whole or not at all: a temporary file beside it, renamed
         tmp = out.with_name(f".{out.name}.tmp")
         tmp.write_text(lines.getvalue())
         tmp.replace(out)
-    console.print(tally.summary(a, b, step))
+    for name, (_, tally) in done.items():
+        if name is not None:
+            console.print(f"shard {name}:")
+        console.print(tally.summary(a, b, step))
+    for name, why in failed.items():
+        console.print(f"[red]error:[/red] shard {name}: not replayed: {why}")
+    if failed:
+        raise typer.Exit(1)
+
+
+def _replay_shard(topology: Any, shard: str, a: int, b: int, step_ms: int,
+                  on_cycle: Callable[[CycleOutcome], None], failed: dict[str, str]) -> list[CycleOutcome] | None:
+    """One shard's replay; a shard that fails (down, say) is noted in `failed` and the others go on. A far shard
+    whose link ends could not be read is named too: its links were replayed one-sided."""
+    import psycopg
+    from sqlalchemy.exc import DBAPIError
+
+    from service.cli import console
+    from service.migrate import one_line
+    from service.shards.detection import replay_shard
+
+    try:
+        got = replay_shard(topology, shard, a, b, step_ms, on_cycle=on_cycle)
+    except (DBAPIError, psycopg.Error, ValueError) as exc:
+        failed[shard] = one_line(exc)
+        return None
+    for far, why in got.far_missing.items():
+        console.print(f"[yellow]warning:[/yellow] shard {shard}: far link ends on shard {far} not read in some "
+                      f"cycles (replayed one-sided): {why}")
+    return got.outcomes
 
 
 @dataclass

@@ -267,18 +267,21 @@ def detect_in(conn: Connection, at_ms: int, *, name: str = "default", config: Co
 
 def backtest(engine: Engine, from_ms: int, to_ms: int, step_ms: int, *, config: Config | None = None,
              on_cycle: Callable[[int, list[Finding]], None] | None = None,
-             span_ms: int | None = DAY_MS) -> list[Finding]:
+             span_ms: int | None = DAY_MS, fabric: Fabric | None = None,
+             more: ObserveMore | None = None) -> list[Finding]:
     """Replay stored history: cycles at from, from+step, ..., <= to, from a fresh state and fresh models.
 
     Writes nothing; returns every cycle's findings in order. The history is read forward `span_ms` at a
     time, each sample once (service/detection/replay.py); None reads each cycle's window with its own
-    query, as a live cycle does (the benchmark's anchor).
+    query, as a live cycle does (the benchmark's anchor). A shard's replay gives its `fabric` and observes its
+    far link ends with `more`, as its live cycle does (detect_in; service/shards/detection.py).
     """
     if step_ms <= 0:
         raise ValueError("step must be positive")
     out: list[Finding] = []
     with engine.connect() as conn:
-        fabric = load_fabric(conn)
+        if fabric is None:
+            fabric = load_fabric(conn)
         st = FeatureState(fabric, config)
         sx = load_series(conn, fabric)
         _apply_meta(st, sx)
@@ -287,7 +290,7 @@ def backtest(engine: Engine, from_ms: int, to_ms: int, step_ms: int, *, config: 
         reader = HistoryReader(conn, fabric, span_ms, last - st.cfg.lateness_ms) if span_ms is not None else None
         t = from_ms
         while t <= to_ms:
-            findings, sx = _advance(conn, eng, st, sx, t, reader)
+            findings, sx = _advance(conn, eng, st, sx, t, reader, more)
             out.extend(findings)
             if on_cycle is not None:
                 on_cycle(t, findings)
