@@ -15,17 +15,10 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.orm import Session
 
-from service.inventory.schemas import Inventory
-from service.inventory.service import upsert_inventory
 from service.shards.detection import run_shard_cycle
-from service.shards.ingest import ingest_samples
-from service.shards.setup import apply
-from simulator.scenarios import Scenario
-from simulator.telemetry import frame_samples, make_sim, resolve_inventory, timeline
 from tests.shards.conftest import Cluster
-from tests.shards.test_shard_detection import HISTORY_MIN, LINK, MIN, SPEC, T0, T0_MS
+from tests.shards.test_shard_detection import HISTORY_MIN, LINK, MIN, T0_MS, load_scenario
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -58,19 +51,8 @@ def _alert_rows(bed: Bed) -> list[Any]:
 @pytest.fixture(scope="module")
 def bed(cluster: Cluster) -> Iterator[Bed]:
     """The scenario's samples on their shards and live cycles of both shards a minute apart, 10 to 75 minutes."""
-    sc = Scenario.model_validate({"name": "t", **SPEC})
-    inv = resolve_inventory(sc.inventory_source())
-    with Session(cluster.engine) as s:
-        upsert_inventory(session=s, inventory=Inventory.model_validate(inv))
-        s.commit()
+    load_scenario(cluster)
     topology = cluster.topology()
-    apply(topology)
-    sim = make_sim(inv, sc, T0)
-    samples = []
-    for t in timeline(T0, T0 + HISTORY_MIN * 60, 60):
-        samples += list(frame_samples(sim, sim.step(t, 60)))
-    report = ingest_samples(control=cluster.engine, topology=topology, samples=samples)
-    assert report.errors == {}
     bed = Bed(cluster)
     for t in range(FROM_MS, TO_MS + 1, MIN):
         for shard in ("a", "b"):

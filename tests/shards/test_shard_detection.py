@@ -84,11 +84,8 @@ def _scalar(url: str, sql: str, **params: Any) -> Any:
         return conn.execute(text(sql), params).scalar()
 
 
-@pytest.fixture(scope="module")
-def bed(cluster: Cluster) -> Iterator[Bed]:
-    """The scenario's inventory on the control database, its samples on their shards, and a cycle a minute of
-    both shards from 10 to 75 minutes (plus shard b's cycles again under another state name, blind to its far
-    link ends: what it would have said without them)."""
+def load_scenario(cluster: Cluster) -> None:
+    """The scenario's inventory on the control database (and the shards' copies), its samples on their shards."""
     sc = Scenario.model_validate({"name": "t", **SPEC})
     inv = resolve_inventory(sc.inventory_source())
     with Session(cluster.engine) as s:
@@ -102,6 +99,15 @@ def bed(cluster: Cluster) -> Iterator[Bed]:
         samples += list(frame_samples(sim, sim.step(t, 60)))
     report = ingest_samples(control=cluster.engine, topology=topology, samples=samples)
     assert report.errors == {} and report.reports["a"].written and report.reports["b"].written
+
+
+@pytest.fixture(scope="module")
+def bed(cluster: Cluster) -> Iterator[Bed]:
+    """The scenario's inventory on the control database, its samples on their shards, and a cycle a minute of
+    both shards from 10 to 75 minutes (plus shard b's cycles again under another state name, blind to its far
+    link ends: what it would have said without them)."""
+    load_scenario(cluster)
+    topology = cluster.topology()
     bed = Bed(cluster)
     with cluster.engine.connect() as conn:
         own_b = ownership(conn, topology, "b")
