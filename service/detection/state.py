@@ -669,6 +669,10 @@ class FeatureState:
         # tx apart; 0: lit or never read. A port shut between two state polls reads dark optics first
         # (rules.awaiting_state)
         self.dark_since = {m: np.zeros(L, np.int64) for m in DARK_METRICS}
+        # data time of a port's newest down reading (admin or oper), and of its first up reading since (0: none).
+        # Dark optics read in between are the down port's, not its optics' (`_excused`)
+        self.down_ms = np.zeros(P, np.int64)
+        self.up_ms = np.zeros(P, np.int64)
         self.pf_carry = np.zeros(P, bool)              # a post-FEC alert carries this port's optical episode
         self.pf_last_ms = np.zeros(P, np.int64)        # last cycle a post-FEC finding of its own was built
         self.storm_down = np.zeros(P, bool)            # a flap storm's end whose link went down: its alert goes on
@@ -750,6 +754,8 @@ class FeatureState:
             ok = np.isfinite(val)
             i2, t2, dark = idx[ok], ts[ok], val[ok] < self.cfg.lit_dbm
             since[i2] = np.where(dark, np.where(since[i2] > 0, since[i2], t2), 0)
+            keep = ~(ok & (val < self.cfg.lit_dbm) & self._excused(idx, ts))
+            idx, ts, val = idx[keep], ts[keep], val[keep]
         if metric == "optic_rx_power_dbm":  # wobble: mean |successive difference| (fiber, F22)
             ok = np.isfinite(val)
             i2, v2 = idx[ok], val[ok]
@@ -791,12 +797,37 @@ class FeatureState:
         self.flaps.add(idx, ts, n)
         self.pen["flap"].add(idx, ts, n)
 
+    def _excused(self, lanes: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """Lane readings made while their port or its far end was down (admin or oper), as far as the state read
+        so far says: from before its first up reading since its newest down one. A shut port's laser is off and
+        its far end receives nothing; a cycle longer than the state poll reads those dark optics together with
+        the reading that says the port is up again, and would judge them as in service."""
+        p = self.fabric.lane_port[lanes]
+        q = self.fabric.peer[p]
+        out = np.zeros(len(lanes), bool)
+        for port, valid in ((p, np.ones(len(p), bool)), (np.maximum(q, 0), q >= 0)):
+            dm, um = self.down_ms[port], self.up_ms[port]
+            out |= valid & (dm > 0) & ((um <= dm) | (ts < um))
+        return out
+
     def _track_down(self, metric: str, idx: np.ndarray, ts: np.ndarray, val: np.ndarray) -> None:
         """Keep `down_since`: an up reading ends a run; an admin-down end (here or at the peer) restarts it.
+        And `down_ms`/`up_ms` (`_excused`): an oper-up reading (admin-up where the port reports no oper status)
+        after the newest down reading is the port up again.
 
         An up -> down transition on a port with no flap counter is also a flap (gNMI ON_CHANGE, or polls)."""
         ok = np.isfinite(val)
         idx, ts, val = idx[ok], ts[ok], val[ok]
+        down = val < 0.5
+        np.maximum.at(self.down_ms, idx[down], ts[down])
+        up = ~down & (ts > self.down_ms[idx])
+        if metric == "port_admin_up":
+            up &= self.gauges["port_oper_up"].last_ts[idx] == 0
+        if up.any():
+            first = np.full(self.fabric.P, np.iinfo(np.int64).max)
+            np.minimum.at(first, idx[up], ts[up])
+            mark = (first < np.iinfo(np.int64).max) & (self.up_ms <= self.down_ms)
+            self.up_ms[mark] = first[mark]
         peer = self.fabric.peer[idx]
         if metric == "port_admin_up":
             off = idx[val < 0.5]
@@ -867,7 +898,7 @@ class FeatureState:
                                     "wob_sum": self.wob_sum, "wob_n": self.wob_n,
                                     "flagged": self.flagged,
                                     "down_since": self.down_since, "down_from_up": self.down_from_up,
-                                    "oper_gap": self.oper_gap,
+                                    "oper_gap": self.oper_gap, "down_ms": self.down_ms, "up_ms": self.up_ms,
                                     **{f"dark|{m}": v for m, v in self.dark_since.items()},
                                     "pf_carry": self.pf_carry, "pf_last_ms": self.pf_last_ms,
                                     "storm_down": self.storm_down, "flap_t": self.flaps.t}

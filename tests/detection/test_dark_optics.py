@@ -79,3 +79,36 @@ def test_a_dark_lane_on_a_port_that_stays_up_is_judged_once_the_state_is_read() 
     assert f and {(x.device, x.port) for x in f} == {("leaf", "Ethernet1/6")}
     # the state poll at the 5th minute answers; three optics observations from there (5, 6, 7)
     assert min(x.at_ms for x in f) == T0 + 47 * d.step_ms
+
+
+def test_a_port_shut_for_an_hour_and_enabled_again_raises_nothing_at_a_five_minute_step() -> None:
+    """The eval's S12 admin-down port at counters every 5 min, optics every minute and a cycle every 5 min (#23,
+    cell 300x60 at the counter step: a dom_threshold ticket and a fiber_damage page on the port, 4 minutes after
+    it was enabled again). The cycle that reads the state poll saying the port is up again also reads the dark
+    optics polls made before it: they are the shut port's, not its optics' state, and raise nothing."""
+    d = _driver()
+    p = d.port("leaf", "Ethernet1/3")
+    q = int(d.fab.peer[p])
+    out: list[Finding] = []
+    others = set(d.counters) | set(d.prio) | {"port_oper_up", "port_admin_up", "gpu_pcie_link_width"}
+
+    def polls(n: int, **kw: object) -> None:
+        nonlocal out
+        for _ in range(n):
+            state_poll = (d.t - T0) // d.step_ms % STATE_EVERY == STATE_EVERY - 1
+            d.step(drop=None if state_poll else others, **kw)  # type: ignore[arg-type]
+            if state_poll:
+                out += d.cycle()
+
+    polls(2)
+    d.admin[p], d.oper[[p, q]] = 0.0, 0.0
+    tx_lit = d.tx[_lanes(d, p)].copy()
+    d.tx[_lanes(d, p)] = DARK
+    rx = d.rx.copy()
+    rx[_lanes(d, q)] = DARK
+    polls(61, rx=rx)  # an hour shut; re-enabled 3 minutes after a state poll
+    d.admin[p], d.oper[[p, q]] = 1.0, 1.0
+    d.tx[_lanes(d, p)] = tx_lit
+    polls(30)
+    alarms = [f for f in firing(out) if f.severity.value != "info"]
+    assert alarms == [], sorted({(f.kind, f.device, f.port, f.cause.value) for f in alarms})
