@@ -17,6 +17,7 @@ import pytest
 
 from service.detection.findings import Cause, Finding, Severity
 from tests.detection.crafted import Driver, firing
+from tests.detection.test_step_shift import _first
 
 WARM_MIN = 60      # healthy data before the episode (baselines)
 FAULT_MIN = 47     # the episode starts this many minutes later: off every coarse step's grid
@@ -58,11 +59,6 @@ def _run(poll_s: int, step_s: int, phase_s: int, fault: str, polls: int | None =
             cycles.append(d.t + 1000)
             out += d.eng.run_cycle(d.st, cycles[-1])
     return out, cycles, onset
-
-
-def _first(out: list[Finding], kind: str) -> int | None:
-    f = firing(out, kind)
-    return min(x.at_ms for x in f) if f else None
 
 
 def _check(out: list[Finding], kind: str) -> None:
