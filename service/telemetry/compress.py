@@ -2,7 +2,8 @@
 
 A run (the `compress_samples` beat task) works up to the cutoff: the last whole hour before
 `now - hot window`, and never past the 5-minute rollup watermark (the rollups read raw samples of
-the buckets they compute; chunks would only cost them a decode). From the watermark
+the buckets they compute; chunks would only cost them a decode). Before the rollups' first run, the hours
+it compresses are marked for their back-fill (service/telemetry/backfill.py). From the watermark
 (`chunk_watermark`) it takes one period at a time: a whole UTC day when the whole day lies before
 the cutoff (a backlog, history), else one hour. Each period is moved a batch of series at a time,
 each batch one transaction:
@@ -38,6 +39,7 @@ import psycopg
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
+from service.telemetry.backfill import Hours
 from service.telemetry.chunk_codec import decode, encode
 from service.telemetry.partitions import (
     chunk_partition_name,
@@ -212,6 +214,16 @@ def _set_watermark(conn: Connection, t: datetime) -> None:
                       "DO UPDATE SET done_until = excluded.done_until, updated_at = now()"), {"t": t})
 
 
+def _mark_for_rollups(conn: Connection, lo: datetime, hi: datetime) -> None:
+    """Before the rollups' first run nothing holds compression back, and their first run starts at the
+    oldest day still holding rows: the hours compressed until then are marked for their back-fill (the
+    mark is a no-op once the 5-minute watermark exists, as compression then stays behind it)."""
+    hours = Hours()
+    hours.add_times(np.array([int(lo.timestamp() * 1000), int(hi.timestamp() * 1000) - 1]))
+    with _raw(conn).cursor() as cur:
+        hours.mark(cur, with_blocks=True)
+
+
 def cutoff(conn: Connection, now: datetime, hot_s: float) -> datetime:
     """Compress before this: whole hours past the hot window, not past the 5-minute rollup watermark."""
     out = _floor(now - timedelta(seconds=hot_s), HOUR)
@@ -290,6 +302,8 @@ def _run(engine: Engine, run: CompressRun, *, now: datetime, hot_s: float, batch
         written.add(t.date())
         with engine.begin() as conn:
             _set_watermark(conn, t + step)
+            if batches:
+                _mark_for_rollups(conn, t, t + step)
         t += step
         run.periods += 1
         run.done_until = t

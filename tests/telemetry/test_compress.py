@@ -21,7 +21,7 @@ from service.inventory.service import upsert_inventory
 from service.kpis.service import Scope, fabric_kpis
 from service.telemetry.compress import run_compression
 from service.telemetry.partitions import ensure_partitions
-from service.telemetry.rollups import L5M, compute_chunk
+from service.telemetry.rollups import L5M, compute_chunk, run_rollups
 from service.telemetry.samples import Sample
 from service.telemetry.service import ingest_samples, query_series
 from service.telemetry.store import read_samples
@@ -227,6 +227,27 @@ def test_kpis_rollups_and_grafana_read_compressed_hours(db: Engine) -> None:
         stand_ins = conn.execute(text("SELECT count(*) FROM samples_between(:lo, :hi)"), {"lo": T0, "hi": hi}).scalar()
         in_range = conn.execute(text("SELECT count(*) FROM rollup_5m WHERE last_ts <= :hi"), {"hi": hi}).scalar()
     assert stand_ins == in_range > 0
+
+
+def test_hours_compressed_before_the_first_rollup_run_are_rolled_up(db: Engine) -> None:
+    """Rollups that never ran (disabled, failing, or a store filled faster than its first run): compression
+    is not held back by a watermark, so it compresses whole days before rollups start; their first run
+    begins at the oldest day still holding rows, so without a mark those compressed days had no rollup."""
+    _seed(db)
+    with db.connect() as conn:  # what the 5-minute level holds for [T0, END) computed from rows, then undone
+        compute_chunk(conn, L5M, T0, END, max_gap_s=900)
+        expected = conn.execute(text("SELECT * FROM rollup_5m WHERE bucket < :e ORDER BY 1, 2"), {"e": END}).all()
+        conn.rollback()
+    assert len(expected) == 4 * 36 * 12
+    now = END + timedelta(hours=1, minutes=5)
+    assert run_compression(db, now=now, hot_s=3600).days_closed == ["samples_p20261102"]
+    for _ in range(10):
+        runs = run_rollups(db, now=now, max_chunks=48)
+        if not any(r.backfill_left for r in runs):
+            break
+    with db.connect() as conn:
+        got = conn.execute(text("SELECT * FROM rollup_5m WHERE bucket < :e ORDER BY 1, 2"), {"e": END}).all()
+    assert got == expected
 
 
 def test_the_beat_task_compresses_with_the_settings(db: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
