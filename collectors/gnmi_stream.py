@@ -29,6 +29,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.orm import Session
 
 from collectors.base import CollectResult, Target
+from service.shards.topology import ShardSettings
 from service.telemetry.samples import Sample
 
 log = logging.getLogger(__name__)
@@ -189,16 +190,19 @@ class TargetStream:
 
 
 _ENDPOINTS_SQL = """
-SELECT e.id, e.device_id, e.config FROM endpoints e WHERE e.protocol = 'gnmi' ORDER BY e.id
+SELECT e.id, e.device_id, e.config, d.pod FROM endpoints e JOIN devices d ON d.id = e.device_id
+WHERE e.protocol = 'gnmi' ORDER BY e.id
 """
 
 
 class StreamSupervisor:
     """Claims and runs the streams of the stream-mode gNMI targets on this worker's queues."""
 
-    def __init__(self, engine: Engine, *, queues: set[str] | None = None, owner: str | None = None,
-                 scan_s: float = SCAN_S, lease_s: float = LEASE_S, **stream_kw: Any) -> None:
-        self.engine, self.queues = engine, queues
+    def __init__(self, engine: Engine, *, queues: set[str] | None = None, shards: ShardSettings | None = None,
+                 owner: str | None = None, scan_s: float = SCAN_S, lease_s: float = LEASE_S,
+                 **stream_kw: Any) -> None:
+        # shards: the deployment's, for the queue rule (collectors/queues.py); None: unsharded
+        self.engine, self.queues, self.shards = engine, queues, shards or ShardSettings()
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         self.scan_s, self.lease_s, self.stream_kw = scan_s, lease_s, stream_kw
         self.streams: dict[int, TargetStream] = {}
@@ -206,14 +210,15 @@ class StreamSupervisor:
         self._thread: threading.Thread | None = None
 
     def _wanted(self, conn: Connection) -> dict[int, tuple[int, dict[str, Any]]]:
-        from service.worker import DEFAULT_QUEUE
+        from collectors.queues import queue_rule
 
         out = {}
-        for ep_id, device_id, config in conn.execute(text(_ENDPOINTS_SQL)).all():
+        rule = queue_rule(conn, self.shards)  # the dispatcher's: a stream runs where its polls would
+        for ep_id, device_id, config, pod in conn.execute(text(_ENDPOINTS_SQL)).all():
             config = config or {}
             if stream_mode(config) != "stream":
                 continue
-            if self.queues is not None and (config.get("queue") or DEFAULT_QUEUE) not in self.queues:
+            if self.queues is not None and rule.queue_for(config, pod) not in self.queues:
                 continue
             out[ep_id] = (device_id, config)
         return out
@@ -319,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=get_settings().log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     queues = {q for q in args.queues.split(",") if q} or None
-    supervisor = StreamSupervisor(get_engine(get_settings().database_url or ""), queues=queues)
+    settings = get_settings()
+    supervisor = StreamSupervisor(get_engine(settings.database_url or ""), queues=queues, shards=settings.shards)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())

@@ -29,6 +29,7 @@ import collectors.host
 import collectors.scrape as scrape
 import collectors.snmp  # noqa: F401
 from collectors.base import CollectResult, Target, get_collector
+from collectors.queues import queue_rule
 from collectors.spool import PendingStore, default_spool_dir, spool_drain, spool_write
 from service.config import Settings, get_settings
 from service.db import get_engine
@@ -47,7 +48,7 @@ from service.telemetry.targets import (
     record_neighbors,
     record_status,
 )
-from service.worker import DEFAULT_QUEUE, celery_app
+from service.worker import celery_app
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +75,6 @@ def slot_of(endpoint_id: int, group: str, interval: float, now_ms: int) -> int:
     return (now_ms - offset) // period
 
 
-def queue_for(ep: EndpointRow) -> str:
-    return ep.config.get("queue") or DEFAULT_QUEUE
-
-
 @celery_app.task(name="fabricwatch.dispatch_collections")
 def dispatch_collections(now_ms: int | None = None) -> int:
     """Send one collection task for every target with a group due now; returns how many were sent."""
@@ -94,13 +91,15 @@ def dispatch_collections(now_ms: int | None = None) -> int:
                 if claimed is not None:
                     due.setdefault(ep.id, []).append(group)
         streaming = gnmi_stream.streaming_now(conn)  # a live stream collects these: no Get poll
+        rule = queue_rule(conn, settings.shards)  # with shards: collect.<shard of the device's pod>
     by_id = {ep.id: ep for ep in endpoints}
     for ep_id, groups in due.items():
         if ep_id in streaming:
             continue
         ep = by_id[ep_id]
         expires = min(interval_s(ep, g, settings) for g in groups)
-        collect_target.apply_async(args=[ep_id, groups], queue=queue_for(ep), expires=expires)
+        collect_target.apply_async(args=[ep_id, groups], queue=rule.queue_for(ep.config, ep.pod),
+                                    expires=expires)
     return len(due)
 
 

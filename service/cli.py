@@ -229,7 +229,7 @@ class WorkerPool(StrEnum):
 def worker(
     queues: Annotated[str | None, typer.Option(
         "--queues", "-Q", help="Comma-separated queues to consume (default: fabricwatch, and with shards each "
-                               "shard's detection queue, detect.<shard>).")] = None,
+                               "shard's collect.<shard> and detect.<shard>).")] = None,
     concurrency: Annotated[int | None, typer.Option(
         "--concurrency", "-c", min=1, help="Tasks at once (default: two per CPU, at most 8).")] = None,
     pool: Annotated[WorkerPool, typer.Option(
@@ -239,11 +239,11 @@ def worker(
 ) -> None:
     """Run a Celery worker (collections and maintenance) with the tasks' time limits enforced."""
     from service.migrate import upgrade
-    from service.worker import DEFAULT_QUEUE, default_concurrency, detect_queue
+    from service.worker import default_concurrency, worker_queues
 
     with resolved_settings(settings_or_exit()) as settings:
-        if queues is None:  # everything beat sends: one worker is a whole deployment's
-            queues = ",".join([DEFAULT_QUEUE, *(detect_queue(s) for s in sorted(settings.shards.urls))])
+        if queues is None:  # everything beat and the dispatcher send: one worker is a whole deployment's
+            queues = ",".join(worker_queues(settings))
         upgrade(settings.database_url or "")
         celery = _celery_for(settings)
         if pool is WorkerPool.threads:

@@ -54,6 +54,18 @@ def detect_queue(shard: str) -> str:
     return f"detect.{shard}"
 
 
+def collect_queue(shard: str) -> str:
+    """The default queue of the collections of a shard's devices (collectors/queues.py)."""
+    return f"collect.{shard}"
+
+
+def worker_queues(settings: Settings) -> list[str]:
+    """What `fabricwatch worker` consumes without -Q: every queue beat and the dispatcher send to by default,
+    so one worker is a whole deployment's."""
+    shards = sorted(settings.shards.urls)
+    return [DEFAULT_QUEUE, *(collect_queue(s) for s in shards), *(detect_queue(s) for s in shards)]
+
+
 def detection_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     """Beat's detection entries: one cycle on the default queue, or with shards one per shard on its own queue,
     so a shard that is slow or down delays only its own cycles (docs/architecture.md#shards)."""

@@ -7,7 +7,7 @@ from typer.main import get_command
 
 from service.cli import app
 from service.shards.topology import ShardSettings
-from service.worker import detect_queue
+from service.worker import collect_queue, detect_queue
 from tests.paths import REPO
 
 
@@ -40,8 +40,8 @@ def test_dockerfile_copies_every_package() -> None:
 
 def test_two_shard_override_is_a_valid_topology() -> None:
     """docker-compose.shards.yml: every fabricwatch process gets the same topology, which the settings accept;
-    each shard has its database and one worker consuming its detection queue; the default worker leaves those
-    queues to them."""
+    each shard has its database, one worker consuming its collection queue and one its detection queue; the
+    default worker leaves those queues to them."""
     base = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
     over = yaml.safe_load((REPO / "docker-compose.shards.yml").read_text())["services"]
     cli = get_command(app)
@@ -55,9 +55,10 @@ def test_two_shard_override_is_a_valid_topology() -> None:
     for shard, url in shards.urls.items():
         host = url.split("@", 1)[1].split(":", 1)[0]
         assert host in over and over[host]["image"].startswith("postgres:"), (shard, host)
-    detect = {tuple(s["command"]) for name, s in over.items() if name in ours and "-Q" in s.get("command", [])}
+    named = {tuple(s["command"]) for name, s in over.items() if name in ours and "-Q" in s.get("command", [])}
     for shard in shards.urls:
-        assert ("fabricwatch", "worker", "-Q", detect_queue(shard), "-c", "1") in detect
+        assert ("fabricwatch", "worker", "-Q", detect_queue(shard), "-c", "1") in named
+        assert ("fabricwatch", "worker", "-Q", collect_queue(shard)) in named
     assert over["worker"]["command"] == ["fabricwatch", "worker", "-Q", "fabricwatch"]
     for name in ours:
         command = over.get(name, {}).get("command") or base[name]["command"]

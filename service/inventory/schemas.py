@@ -136,7 +136,8 @@ class Endpoint(Strict):
     timeout_s: float = Field(default=5.0, gt=0, le=120)
     retries: int = Field(default=1, ge=0, le=10)
     intervals: Intervals = Field(default_factory=Intervals)
-    queue: str | None = Field(default=None, description="Celery queue; defaults to the device's pod")
+    queue: str | None = Field(default=None, description="Celery queue of its collections; default: "
+                              "`fabricwatch`, or with telemetry shards `collect.<shard>` of the device's pod")
     # SNMP
     version: Literal["2c", "3"] | None = None
     community: SecretRef | None = None
