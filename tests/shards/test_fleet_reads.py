@@ -283,7 +283,7 @@ def test_the_documented_fleet_panel_query_runs_as_grafana(loaded: Cluster) -> No
 # --- which dashboard panels read what ------------------------------------------------------------------------
 
 _TELEMETRY = ("series", "samples", "samples_between", "last_samples", "sample_rows", "sample_blocks", "rollup_5m",
-              "rollup_1h")
+              "rollup_1h", "missing_pods")
 _OTHER = ("alerts", "alert_events", "drain_recommendations", "drain_breaker", "incidents", "incident_events",
           "nccl_runs", "nccl_results", "nccl_baselines", "target_status", "links", "devices", "ports", "optics")
 
