@@ -38,6 +38,38 @@ def test_dockerfile_copies_every_package() -> None:
         assert f"COPY {package} {package}" in dockerfile
 
 
+def _spools(services: dict[str, dict], base: dict[str, dict]) -> dict[str, str]:
+    """Each collecting worker (a `fabricwatch worker` not given detect queues alone) -> the volume its spool
+    directory is mounted from; an override's service keeps the base's volumes unless it names its own."""
+    out = {}
+    for name, s in services.items():
+        command = s.get("command", [])
+        if command[:2] != ["fabricwatch", "worker"]:
+            continue
+        queues = command[command.index("-Q") + 1].split(",") if "-Q" in command else []
+        if queues and all(q.startswith("detect.") for q in queues):
+            continue
+        spool = s["environment"]["FABRICWATCH_SPOOL_DIR"]
+        volumes = s.get("volumes") or base.get(name, {}).get("volumes", [])
+        out[name] = next((v.split(":")[0] for v in volumes if v.split(":")[1] == spool), "")
+    return out
+
+
+def test_collecting_workers_spool_on_a_volume() -> None:
+    """A worker's spool holds what it collected while PostgreSQL was away: in the container's own filesystem
+    (the default, under /tmp for a non-root user) a worker recreated during an outage would lose it."""
+    base = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
+    over = yaml.safe_load((REPO / "docker-compose.shards.yml").read_text())["services"]
+    merged = {name: {**base.get(name, {}), **s, "environment": {**base.get(name, {}).get("environment", {}),
+                                                                 **s.get("environment", {})}}
+              for name, s in over.items()}
+    for services in (base, {**base, **merged}):
+        spools = _spools(services, base)
+        assert spools and all(spools.values()), spools
+        assert len(set(spools.values())) == len(spools), "one spool volume per collecting worker"
+    assert "install -d -o fabricwatch -m 0700 /var/lib/fabricwatch/spool" in (REPO / "Dockerfile").read_text()
+
+
 def test_two_shard_override_is_a_valid_topology() -> None:
     """docker-compose.shards.yml: every fabricwatch process gets the same topology, which the settings accept;
     each shard has its database, one worker consuming its collection queue and one its detection queue; the
