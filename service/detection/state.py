@@ -1004,6 +1004,38 @@ class FeatureState:
         st.first_cycle_ms = meta.get("first_cycle_ms")
         return st
 
+    def take_ports(self, other: FeatureState, ports: np.ndarray) -> None:
+        """Take these ports' state (bool mask over the fabric's ports: their lanes, priorities, devices and trend
+        buckets) from `other`, a state over the same fabric (a pod moved between shards: service/shards/
+        rebalance.py). Trend buckets are matched by bucket (data time): the merged ring keeps the newest."""
+        fab = self.fabric
+        masks = {fab.P: ports, fab.L: ports[fab.lane_port], fab.P * NPRIO: np.repeat(ports, NPRIO)}
+        theirs = other._arrays()
+        for key, dst in self._arrays().items():
+            mask = masks.get(dst.shape[0])
+            if mask is not None and key in theirs and theirs[key].shape == dst.shape:
+                dst[mask] = theirs[key][mask]
+        devs = np.zeros(len(fab.dev_names), bool)
+        devs[fab.dev[ports]] = True
+        for a in ("dev_hit", "dev_t", "dev_latched", "dev_onset"):
+            getattr(self, a)[devs] = getattr(other, a)[devs]
+        step = self.cfg.trend_bucket_ms
+        for k, tb in self.trend.items():
+            mine, yours = tb.ordered(), other.trend[k].ordered()
+            at = {int(t) // step: (int(t), i) for i, t in enumerate(mine[0].tolist())}
+            at_other = {int(t) // step: (int(t), i) for i, t in enumerate(yours[0].tolist())}
+            keep = sorted(set(at) | set(at_other))[-tb.buf.shape[1]:]
+            mask = masks[tb.buf.shape[0]]
+            buf = np.full_like(tb.buf, np.nan)
+            t = np.full_like(tb.t, -1)
+            for j, b in enumerate(keep):
+                t[j] = at[b][0] if b in at else at_other[b][0]
+                if b in at:
+                    buf[~mask, j] = mine[1][~mask, at[b][1]]
+                if b in at_other:
+                    buf[mask, j] = yours[1][mask, at_other[b][1]]
+            tb.buf, tb.t, tb.count[0] = buf, t, len(keep)
+
 
 def degraded_reasons(bits: int) -> list[str]:
     return [r for i, r in enumerate(DEGRADED) if bits >> i & 1]

@@ -174,11 +174,14 @@ def run_shard_cycle(topology: Topology, shard: str, at_ms: int, *, name: str = "
                     config: Config | None = None) -> ShardCycle:
     """Detect on `shard` at data time `at_ms`, then alert on the control database (module docstring)."""
     control = get_engine(topology.control_url)
-    with control.connect() as conn:
-        own = ownership(conn, topology, shard)
-        fabric = load_fabric(conn, sorted(own.devices.values()))
-    far = FarEnds(control, fabric, own)
     with get_engine(topology.url(shard)).begin() as shard_conn:  # commits last: see the module docstring
+        # detect_in's lock taken before the pod map is read: a pod's move switches it, and carries the pod's
+        # state, while holding it (service/shards/rebalance.py)
+        shard_conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('fabricwatch-detect:' || :n))"), {"n": name})
+        with control.connect() as conn:
+            own = ownership(conn, topology, shard)
+            fabric = load_fabric(conn, sorted(own.devices.values()))
+        far = FarEnds(control, fabric, own)
         found = detect_in(shard_conn, at_ms, name=name, config=config, fabric=fabric, more=far.observe, save=False)
         mine = [f for f in found if f.device in own.devices]  # a far end's findings are its own shard's
         with control.begin() as conn:

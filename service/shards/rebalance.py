@@ -25,7 +25,17 @@ idempotent and a re-run after a crash goes on from what is stored:
    (a crash here) removes it first.
 
 `--abort` during steps 1-3 sends writes back to the old shard only and removes the target's copy.
-Detection state is not per shard yet (one state per detector on the control database): nothing to copy.
+
+Detection state (service/shards/detection.py: each shard's detector states and cohort models, on the shard)
+moves with the switch. Both shards' detection locks are held from before the carry until the switch is
+committed (session locks: a crash releases them), so no cycle of either shard runs in between, and a cycle reads
+the pod map only under its lock: the old shard's last cycle of the pod is the one whose state is carried, and
+the new shard's first one reads it. Per state name, the pod's ports' state (by port id: the inventory's ids are
+the same on every shard, so no id is remapped) is taken into the target's state and committed there before the
+switch; a switch that then fails leaves ports the target does not own, which its next cycle drops and a re-run
+carries again. Samples the target's state has read past the old one's watermark are read again for the pod's
+ports, so none is skipped; cohort models the target lacks are copied. Step 5 (and an abort) removes the pod's
+ports from the state of the shard it leaves.
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ from sqlalchemy.exc import OperationalError
 
 from service.db import get_engine, normalize_url
 from service.shards.ingest import ROUTE_LOCK
-from service.shards.topology import ShardsUnavailable, Topology, probe
+from service.shards.topology import NO_POD, ShardsUnavailable, Topology, probe
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
@@ -62,6 +72,7 @@ class MoveReport:
     recopied: int = 0  # series copied again after a count that came short
     removed_series: int = 0  # from the old shard
     resumed: bool = False
+    carried_ports: int = 0  # the pod's ports, whose detection state went to the new shard
 
 
 # a shard's series of a pod, owned or held hidden (setup.hidden_pod)
@@ -282,6 +293,124 @@ def _series_text(key: Identity) -> str:
     return f"{metric}{{device_id={device}{extra}}}"
 
 
+# a detector's cycle lock, as detect_in takes it (per transaction); the move takes it per session
+_DETECT_LOCK = "SELECT {}(hashtext('fabricwatch-detect:' || :n))"
+
+
+@contextlib.contextmanager
+def _detection_paused(topology: Topology, shards: list[str], timeout_s: int) -> Iterator[dict[str, Connection]]:
+    """Connections to these shards, each holding the cycle lock of every detector state it has (session locks:
+    released at the end, or with the connection if the move dies): no cycle of theirs runs until then."""
+    held: dict[str, Connection] = {}
+    try:
+        names = {"default"}
+        for shard in sorted(set(shards)):  # in name order: two moves never wait for each other crosswise
+            held[shard] = conn = get_engine(topology.url(shard)).connect()
+            names |= set(conn.execute(text("SELECT name FROM detector_state")).scalars())
+            conn.commit()
+        for shard, conn in sorted(held.items()):
+            conn.execute(text(f"SET lock_timeout = '{int(timeout_s)}s'"))
+            for name in sorted(names):
+                try:
+                    conn.execute(text(_DETECT_LOCK.format("pg_advisory_lock")), {"n": name})
+                except OperationalError as exc:
+                    if "lock timeout" not in str(exc):
+                        raise
+                    raise MoveError(f"detection cycle {name!r} of shard {shard!r} ran for more than {timeout_s} s: "
+                                    f"nothing switched; run the move again") from None
+            conn.execute(text("SET lock_timeout = 0"))
+            conn.commit()
+        yield held
+    finally:
+        for conn in held.values():
+            try:
+                conn.rollback()
+                conn.execute(text("SELECT pg_advisory_unlock_all()"))
+                conn.commit()
+            except Exception:  # never back to the pool holding a lock: closed instead
+                conn.invalidate()
+            finally:
+                conn.close()
+
+
+def _carry_detection(control: Engine, topology: Topology, pod: str, source: Connection, target: Connection,
+                     to: str) -> int:
+    """Take the pod's ports' detection state from the old shard's states into the target's, and the cohort models
+    the target lacks, committed on the target (module docstring). Returns the pod's ports."""
+    import json
+
+    import numpy as np
+
+    from service.detection.service import load_fabric, load_series, read_samples
+    from service.detection.state import AXIS, NPRIO, FeatureState
+    from service.detection.store import save_state
+    from service.shards.detection import ownership
+
+    with control.connect() as conn:  # the target's fabric as its first cycle after the switch reads it
+        own = ownership(conn, topology, to)
+        moved = set(conn.execute(text("SELECT id FROM devices WHERE coalesce(pod, '') = :p"), {"p": pod}).scalars())
+        fabric = load_fabric(conn, sorted(set(own.devices.values()) | moved))
+    ports = np.asarray([own.device_pod.get(fabric.dev_names[d], NO_POD) == pod for d in fabric.dev.tolist()], bool)
+    with source.begin():
+        states = dict(source.execute(text("SELECT name, blob FROM detector_state")).all())
+        models = source.execute(text(
+            "SELECT DISTINCT ON (cohort) cohort, version, trained_at, threshold, n_rows, features, blob "
+            "FROM detector_models ORDER BY cohort, version DESC")).mappings().all()
+    with target.begin():
+        for name, blob in sorted(states.items()):  # the default Config: every shard's cycle runs with it (tasks.py)
+            old = FeatureState.from_bytes(bytes(blob), fabric)
+            row = target.execute(text("SELECT blob FROM detector_state WHERE name = :n"), {"n": name}).first()
+            if row is not None:
+                new = FeatureState.from_bytes(bytes(row[0]), fabric)
+            else:  # the target's first state of this name: it goes on from the old one's cycles
+                new = FeatureState(fabric)
+                for a in ("watermark_ms", "last_cycle_ms", "next_bucket_ms", "first_cycle_ms", "last_train_ms",
+                          "cycles"):
+                    setattr(new, a, getattr(old, a))
+            new.take_ports(old, ports)
+            if None not in (old.watermark_ms, new.watermark_ms) and new.watermark_ms > old.watermark_ms:
+                # the pod's samples the target's state is past and the old one had not read: read now (a sample
+                # the old state read is not newer than its port's last one, and changes nothing when read again)
+                batch, _ = read_samples(target, fabric, load_series(target, fabric), old.watermark_ms,
+                                        new.watermark_ms)
+                for metric, (ent, ts, val) in batch.items():
+                    axis = AXIS[metric]
+                    port = ent if axis == "port" else fabric.lane_port[ent] if axis == "lane" else ent // NPRIO
+                    keep = ports[port]
+                    batch[metric] = (ent[keep], ts[keep], val[keep])
+                new.observe(batch)
+            save_state(target, name, new)
+        have = set(target.execute(text("SELECT DISTINCT cohort FROM detector_models")).scalars())
+        wanted = {fabric.cohort_names[c] for c in fabric.cohort[ports].tolist()}
+        for m in models:
+            if m["cohort"] in wanted - have:
+                target.execute(text(
+                    "INSERT INTO detector_models (cohort, version, trained_at, threshold, n_rows, features, blob) "
+                    "VALUES (:cohort, :version, :trained_at, :threshold, :n_rows, CAST(:f AS jsonb), :blob) "
+                    "ON CONFLICT ON CONSTRAINT detector_model_version DO NOTHING"),
+                    {**m, "f": json.dumps(m["features"])})
+    return int(ports.sum())
+
+
+def _drop_detection(control: Engine, topology: Topology, shard: str) -> None:
+    """The shard's detector states keep the ports of its own cycle's fabric only (as its next cycle would): those
+    of a pod that left it (a move's old shard, an aborted move's target) are dropped, under the cycles' lock."""
+    from service.detection.service import load_fabric
+    from service.detection.store import load_state, save_state
+    from service.shards.detection import ownership
+
+    with get_engine(topology.url(shard)).begin() as conn:
+        names = list(conn.execute(text("SELECT name FROM detector_state ORDER BY name")).scalars())
+        for name in names:
+            conn.execute(text(_DETECT_LOCK.format("pg_advisory_xact_lock")), {"n": name})
+        with control.connect() as c:
+            fabric = load_fabric(c, sorted(ownership(c, topology, shard).devices.values()))
+        for name in names:
+            st = load_state(conn, name, fabric)
+            if st is not None:
+                save_state(conn, name, st)
+
+
 def remove_copy(control: Engine, topology: Topology, pod: str, shard: str, *, batch_series: int = 500,
                 progress: Progress | None = None) -> int:
     """Delete the pod's telemetry on `shard` (its `leftover`), in batches, then its inventory copy there,
@@ -290,6 +419,7 @@ def remove_copy(control: Engine, topology: Topology, pod: str, shard: str, *, ba
         owner, to = conn.execute(text("SELECT shard, move_to FROM shard_pods WHERE pod = :p"), {"p": pod}).one()
     if shard in (owner, to):  # never the copy that reads or writes use
         raise MoveError(f"pod {_pod_shown(pod)}: shard {shard!r} holds its live copy; nothing removed")
+    _drop_detection(control, topology, shard)
     engine = get_engine(topology.url(shard))
     with engine.connect() as conn:
         total = _count_pod_series(conn, pod, 0)
@@ -420,16 +550,25 @@ def move_pod(topology: Topology, pod: str, to: str, *, batch_series: int = 500, 
     if progress:
         progress("switching", 0, 1)
     # 4. switch: the old copy hidden from fleet reads first, then the map, then the new copy shown (a crash
-    # in between hides the pod from fleet reads until the re-run or an `apply`; it never shows it twice)
-    with _routing_lock(control, pod, lock_timeout_s) as conn:
-        _show(topology, source, pod, True)
-        done_ = conn.execute(text(
-            "UPDATE shard_pods SET shard = :to, move_to = NULL, move_cursor = NULL, leftover = :src, "
-            "moved_from = :src, moved_at = now() WHERE pod = :p AND move_to = :to"),
-            {"to": to, "src": source, "p": pod}).rowcount
-        if done_ != 1:
-            raise MoveError(f"pod {_pod_shown(pod)}: its move was changed by another command; nothing switched")
-        fleet_tables(conn, topology, dict(conn.execute(text("SELECT pod, shard FROM shard_pods")).all()))
+    # in between hides the pod from fleet reads until the re-run or an `apply`; it never shows it twice). The
+    # detection state goes first, while neither shard's cycles run until the switch is committed (module
+    # docstring); the pod's writes wait for the switch only
+    with _detection_paused(topology, [source, to], lock_timeout_s) as held:
+        if progress:
+            progress("carrying detection state", 0, 1)
+        report.carried_ports = _carry_detection(control, topology, pod, held[source], held[to], to)
+        if progress:
+            progress("carrying detection state", 1, 1)
+        with _routing_lock(control, pod, lock_timeout_s) as conn:
+            _show(topology, source, pod, True)
+            done_ = conn.execute(text(
+                "UPDATE shard_pods SET shard = :to, move_to = NULL, move_cursor = NULL, leftover = :src, "
+                "moved_from = :src, moved_at = now() WHERE pod = :p AND move_to = :to"),
+                {"to": to, "src": source, "p": pod}).rowcount
+            if done_ != 1:
+                raise MoveError(f"pod {_pod_shown(pod)}: its move was changed by another command; nothing "
+                                f"switched")
+            fleet_tables(conn, topology, dict(conn.execute(text("SELECT pod, shard FROM shard_pods")).all()))
     _show(topology, to, pod, False)
 
     # 5. remove the old copy

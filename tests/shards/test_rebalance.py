@@ -1,17 +1,19 @@
 """Moving a pod between shards (`fabricwatch shards move`, service/shards/rebalance.py) on three real servers:
 under load every sample ends on the new shard exactly once and none on the old, fleet reads answer the same,
-an interrupted move finishes when run again, bad requests and a down target change nothing. Also: remote write
-and an exporter scrape's samples land on their device's shard.
+an interrupted move finishes when run again, bad requests and a down target change nothing, and the pod's
+detection state goes with it. Also: remote write and an exporter scrape's samples land on their device's shard.
 
 Each test makes pods of its own (the stored map outlives a test), so the tests do not depend on their order."""
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,8 +22,9 @@ import pytest
 from sqlalchemy import text
 
 from service.db import get_engine
-from service.inventory.models import Device, Pod, Port
+from service.inventory.models import Device, Optic, Pod, Port
 from service.shards import fleet
+from service.shards.detection import run_shard_cycle
 from service.shards.ingest import ShardedReport, ingest_samples
 from service.shards.rebalance import MoveError, abort_move, move_pod
 from service.shards.setup import PodMoved, apply
@@ -42,16 +45,19 @@ def topology(cluster: Cluster) -> Topology:
     return Topology.of(cluster.control_url, ShardSettings(urls=cluster.settings().urls, pods=PODS))
 
 
-def new_pod(cluster: Cluster, shard: str) -> tuple[str, str]:
-    """A pod of one device (ports eth0, eth1) of its own, on `shard`: (pod, device)."""
+def new_pod(cluster: Cluster, shard: str, *, optic: bool = False) -> tuple[str, str]:
+    """A pod of one device (ports eth0, eth1; with `optic`, a one-lane module in eth0) of its own, on `shard`:
+    (pod, device)."""
     from service.db import session_scope
 
     n = next(_names)
     pod, device = f"m{n}", f"mdev{n}"
+    module = Optic(part_number="FR1-TEST", type="400G-FR4", lanes=1,
+                   thresholds={"rx_power_dbm": {"low_warning": -10.0, "low_alarm": -13.0}}) if optic else None
     with session_scope(cluster.engine) as s:
         s.add(Pod(name=pod))
         s.add(Device(name=device, kind="switch", role="leaf", pod=pod, gpus=0,
-                     ports=[Port(name="eth0"), Port(name="eth1")]))
+                     ports=[Port(name="eth0", optic=module), Port(name="eth1")]))
     PODS[shard].append(pod)
     apply(topology(cluster))
     return pod, device
@@ -151,6 +157,18 @@ def api_read(cluster: Cluster, device: str) -> Any:
     assert r.status_code == 200, r.text
     assert r.headers[fleet.MISSING_HEADER] == ""
     return r.json()["series"]
+
+
+def killed_at(batch: int) -> Callable[[int], None]:
+    """An `after_batch` callback that kills the move (KeyboardInterrupt) once the `batch`-th batch is copied."""
+    done: list[int] = []
+
+    def crash(n: int) -> None:
+        done.append(n)
+        if len(done) == batch:
+            raise KeyboardInterrupt("killed")
+
+    return crash
 
 
 def stored_row(cluster: Cluster, pod: str) -> dict[str, Any]:
@@ -263,15 +281,8 @@ def test_an_interrupted_move_finishes_when_run_again(cluster: Cluster) -> None:
     a, b = cluster.shard_a.url("fw_shard"), cluster.shard_b.url("fw_shard")
     stored = history(cluster, device, "b")
     before_all = fleet_all(cluster, device)
-    batches = []
-
-    def crash(n: int) -> None:
-        batches.append(n)
-        if len(batches) == 2:
-            raise KeyboardInterrupt("killed")
-
     with pytest.raises(KeyboardInterrupt):
-        move_pod(topology(cluster), pod, "a", batch_series=1, after_batch=crash)
+        move_pod(topology(cluster), pod, "a", batch_series=1, after_batch=killed_at(2))
     state = stored_row(cluster, pod)
     assert state["shard"] == "b" and state["move_to"] == "a" and state["move_cursor"] > 0
     assert fleet_all(cluster, device) == before_all  # on both shards, read once
@@ -323,11 +334,8 @@ def test_an_aborted_move_leaves_the_pod_where_it_was(cluster: Cluster) -> None:
     a, b = cluster.shard_a.url("fw_shard"), cluster.shard_b.url("fw_shard")
     stored = history(cluster, device, "a")
 
-    def crash(n: int) -> None:
-        raise KeyboardInterrupt("killed")
-
     with pytest.raises(KeyboardInterrupt):
-        move_pod(topology(cluster), pod, "b", batch_series=1, after_batch=crash)
+        move_pod(topology(cluster), pod, "b", batch_series=1, after_batch=killed_at(1))
     assert samples_of(b, device)[0] > 0
     assert abort_move(topology(cluster), pod) == "b"
     assert stored_row(cluster, pod) == {"shard": "a", "move_to": None, "move_cursor": None, "leftover": None,
@@ -350,11 +358,8 @@ def test_a_move_whose_target_went_down_is_aborted_and_writes_go_on(cluster: Clus
     a, b = cluster.shard_a.url("fw_shard"), cluster.shard_b.url("fw_shard")
     stored = history(cluster, device, "a")
 
-    def crash(n: int) -> None:
-        raise KeyboardInterrupt("killed")
-
     with pytest.raises(KeyboardInterrupt):
-        move_pod(topology(cluster), pod, "b", batch_series=1, after_batch=crash)
+        move_pod(topology(cluster), pod, "b", batch_series=1, after_batch=killed_at(1))
     sample = Sample("port_rx_bytes_total", 1.0, T0_MS + 7_200_000, device, "eth0")
     cluster.shard_b.stop()
     try:
@@ -372,6 +377,136 @@ def test_a_move_whose_target_went_down_is_aborted_and_writes_go_on(cluster: Clus
     assert samples_of(b, device) == (0, 0) and orphans(b) == 0
     assert samples_of(a, device) == (stored + 1, stored + 1)
     assert stored_row(cluster, pod)["leftover"] is None
+
+
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
+
+
+def detection_day(cluster: Cluster) -> int:
+    """A midnight after every other test's samples and every detection cycle run so far on either shard: the
+    first day of a test's own cycles (which must come after each shard's last one, whatever the tests' order)."""
+    last = max([T0_MS + 9 * DAY_MS] + [_scalar(url, "SELECT coalesce(max(last_cycle_ms), 0) FROM detector_state")
+                                       for url in (cluster.shard_a.url("fw_shard"), cluster.shard_b.url("fw_shard"))])
+    return (last // DAY_MS + 1) * DAY_MS
+
+
+def degrading_optic(cluster: Cluster, device: str, d0_ms: int, hours: int) -> None:
+    """Every 10 minutes for `hours` from d0: eth0's module up and lit, its rx falling 1.5 dB a day."""
+    samples = []
+    for t in range(d0_ms + 600_000, d0_ms + hours * HOUR_MS + 1, 600_000):
+        days = (t - d0_ms) / DAY_MS
+        wobble = 0.01 * ((t // 600_000) % 3 - 1)
+        samples += [Sample("optic_rx_power_dbm", -3.0 - 1.5 * days + wobble, t, device, "eth0", lane=0),
+                    Sample("optic_tx_power_dbm", -1.0, t, device, "eth0", lane=0),
+                    Sample("optic_temperature_celsius", 45.0, t, device, "eth0"),
+                    Sample("port_oper_up", 1.0, t, device, "eth0"), Sample("port_admin_up", 1.0, t, device, "eth0")]
+    report = ingest_samples(control=cluster.engine, topology=topology(cluster), samples=samples)
+    assert report.errors == {}
+
+
+def rx_state(url: str, port_id: int) -> dict[str, Any] | None:
+    """What a shard's stored detector state (read as stored, not through the engine) holds of a port's lane 0:
+    its rx baseline, trend buckets (bucket -> mean), slope (None: none yet) and newest reading; None: nothing of
+    that port."""
+    with np.load(io.BytesIO(bytes(_scalar(url, "SELECT blob FROM detector_state WHERE name = 'default'")))) as z:
+        ids = z["port_ids"].tolist()
+        if port_id not in ids:
+            return None
+        lane = int(z["lane_off"][ids.index(port_id)])
+        t, buf = z["t|rx|t"], z["t|rx|buf"][lane]
+        return {"base_n": int(z["b|rx|n"][lane]), "base_loc": float(z["b|rx|loc"][lane]),
+                "buckets": {int(t[k]) // (2 * HOUR_MS): float(buf[k]) for k in range(len(t))
+                            if t[k] >= 0 and np.isfinite(buf[k])},
+                "slope": float(z["lt|rx_slope"][lane]) if np.isfinite(z["lt|rx_slope"][lane]) else None,
+                "last_ts": int(z["g|optic_rx_power_dbm|last_ts"][lane])}
+
+
+def test_a_moved_pods_detection_state_goes_with_it(cluster: Cluster) -> None:
+    """A transmitter wearing out for 30 hours on shard a: its rx trend and baseline are on a's detector state.
+    Moved to b, they are on b's (merged with b's own, whose cycles ran one step further) and no longer on a's, and
+    b's next cycles go on with them: no warm-up, the same slope."""
+    pod, device = new_pod(cluster, "a", optic=True)
+    a, b = cluster.shard_a.url("fw_shard"), cluster.shard_b.url("fw_shard")
+    port = _scalar(cluster.control_url, "SELECT p.id FROM ports p JOIN devices d ON d.id = p.device_id "
+                                        "WHERE d.name = :d AND p.name = 'eth0'", d=device)
+    d0 = detection_day(cluster)
+    degrading_optic(cluster, device, d0, 34)
+    for h in range(1, 31):
+        run_shard_cycle(topology(cluster), "a", d0 + h * HOUR_MS)
+        run_shard_cycle(topology(cluster), "b", d0 + h * HOUR_MS)
+    run_shard_cycle(topology(cluster), "b", d0 + 31 * HOUR_MS)  # b's watermark past a's
+    before = rx_state(a, port)
+    assert before is not None and rx_state(b, port) is None
+    assert before["base_n"] >= 15 and len(before["buckets"]) >= 12, before
+    assert before["slope"] * 24 == pytest.approx(-1.5, abs=0.2)  # kept per hour: -1.5 dB a day
+
+    report = move_pod(topology(cluster), pod, "b")
+    assert report.carried_ports == 2  # eth0 and eth1
+    assert rx_state(a, port) is None  # gone from the old shard with its samples
+    moved = rx_state(b, port)
+    assert moved is not None
+    # the readings of 30h-31h that b's state had read past and a's had not were read on b, none skipped
+    assert before["last_ts"] == d0 + 29 * HOUR_MS + 50 * 60_000
+    assert moved.pop("last_ts") == d0 + 30 * HOUR_MS + 50 * 60_000
+    assert moved == {k: v for k, v in before.items() if k != "last_ts"}
+
+    for h in (32, 33, 34):
+        run_shard_cycle(topology(cluster), "b", d0 + h * HOUR_MS)
+    after = rx_state(b, port)
+    assert after is not None and after["base_n"] >= before["base_n"]  # not learned again from nothing
+    with cluster.engine.connect() as conn:
+        found = {int(r.at.timestamp() * 1000): r.ttt for r in conn.execute(text(
+            "SELECT at, (payload->>'ttt_hours')::float ttt FROM detection_findings WHERE kind = "
+            "'optical_degradation' AND state = 'firing' AND payload->>'device' = :d"), {"d": device})}
+    # the trend's finding goes on from b's first cycle (no warm-up), its lead time counting down from a's
+    assert [h for h in (30, 32, 33, 34) if d0 + h * HOUR_MS in found] == [30, 32, 33, 34], sorted(found)
+    assert 0 < found[d0 + 34 * HOUR_MS] < found[d0 + 30 * HOUR_MS]
+    assert {k: after["buckets"][k] for k in before["buckets"]} == before["buckets"]  # the same history
+    assert len(after["buckets"]) > len(before["buckets"])  # and the buckets since
+    assert after["slope"] * 24 == pytest.approx(-1.5, abs=0.2)
+    assert rx_state(a, port) is None
+
+
+def test_a_move_killed_after_carrying_detection_state_is_aborted_or_run_again(cluster: Cluster) -> None:
+    """Killed after the pod's detection state was committed on the new shard and before the switch: the cycle
+    locks are released, the old shard keeps detecting the pod; --abort removes the carried state from the new
+    shard, and a move run again carries the old shard's newer state."""
+    pod, device = new_pod(cluster, "a", optic=True)
+    a, b = cluster.shard_a.url("fw_shard"), cluster.shard_b.url("fw_shard")
+    port = _scalar(cluster.control_url, "SELECT p.id FROM ports p JOIN devices d ON d.id = p.device_id "
+                                        "WHERE d.name = :d AND p.name = 'eth0'", d=device)
+    d0 = detection_day(cluster)
+    degrading_optic(cluster, device, d0, 6)
+
+    def cycles(*hours: int, shards: tuple[str, ...] = ("a", "b")) -> None:
+        for h in hours:
+            for shard in shards:
+                run_shard_cycle(topology(cluster), shard, d0 + h * HOUR_MS)
+
+    def killed(phase: str, done: int, total: int) -> None:
+        if phase == "carrying detection state" and done == 1:
+            raise KeyboardInterrupt("killed")
+
+    cycles(1, 2, 3)
+    with pytest.raises(KeyboardInterrupt):
+        move_pod(topology(cluster), pod, "b", progress=killed)
+    assert stored_row(cluster, pod) | {"move_cursor": None} == {
+        "shard": "a", "move_to": "b", "move_cursor": None, "leftover": None, "moved_from": None}
+    carried = rx_state(b, port)
+    assert carried is not None and carried == rx_state(a, port)
+    cycles(4, shards=("a",))  # not waiting on the killed move's locks, and going on with the pod
+    now = rx_state(a, port)
+    assert now is not None and now["last_ts"] == d0 + 3 * HOUR_MS + 50 * 60_000
+    assert abort_move(topology(cluster), pod) == "b"
+    assert rx_state(b, port) is None and rx_state(a, port) is not None
+    cycles(4, shards=("b",))
+    cycles(5)
+    report = move_pod(topology(cluster), pod, "b")
+    assert report.carried_ports == 2
+    moved = rx_state(b, port)
+    assert moved is not None and moved["last_ts"] == d0 + 4 * HOUR_MS + 50 * 60_000  # a's last cycle's
+    assert rx_state(a, port) is None
 
 
 def _cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
