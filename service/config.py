@@ -78,6 +78,9 @@ class Settings(BaseSettings):
                                 description="largest import body (JSON endpoints take 1 MiB; service/api/limits.py)")
     trusted_proxies: str = Field(default="", description="CIDRs of reverse proxies whose X-Forwarded-For names the "
                                  "client (keys the bad-token throttle); empty: the peer is the client")
+    api_db_threads: int = Field(default=15, ge=1, le=200,
+                                description="per API process: route calls that may use the database at once "
+                                            "(the thread pool), and the connections it keeps (docs/operations.md)")
     counters_interval_s: float = Field(default=10.0, gt=0)
     optics_interval_s: float = Field(default=60.0, gt=0)
     state_interval_s: float = Field(default=30.0, gt=0)

@@ -29,14 +29,15 @@ def normalize_url(url: str) -> str:
 _engines: dict[str, Engine] = {}
 
 
-def get_engine(url: str) -> Engine:
-    """One pooled engine per URL for the life of the process."""
+def get_engine(url: str, *, pool_size: int = 5) -> Engine:
+    """One pooled engine per URL for the life of the process; `pool_size` (the connections it keeps) is the
+    first caller's. Up to 10 more are opened under load and closed as they come back."""
     url = normalize_url(url)
     engine = _engines.get(url)
     if engine is None:
         # No pool_pre_ping: its round trip was a share of every API read (docs/benchmarks.md, "Reads at 500
         # req/s"). A checkout looks at the socket instead (`_check_out`), and reads retry (`read_retrying`).
-        engine = create_engine(url, pool_size=5, max_overflow=10)
+        engine = create_engine(url, pool_size=pool_size, max_overflow=10)
         event.listen(engine, "checkout", _check_out)
         _engines[url] = engine
     return engine

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio.to_thread
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
@@ -41,6 +42,11 @@ DOCS_ASSETS = "/docs/assets"
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    # As many threads for sync routes (nearly all of them use the database) as the pool keeps connections:
+    # with anyio's 40 threads over a pool of 5, every burst over 5 requests opened connections and closed
+    # them again as they came back, a new PostgreSQL backend each (35 a second at 400 req/s, growing with
+    # the backlog: docs/benchmarks.md). The threads over the pool's size only waited for a connection.
+    anyio.to_thread.current_default_thread_limiter().total_tokens = app.state.settings.api_db_threads
     yield
     await events.hub_for(app).aclose()  # open SSE streams must not hold the server's exit
 
@@ -54,9 +60,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # (docs/api.md, "Access control").
     app = FastAPIOffline(title="fabricwatch", version="0.1.0", lifespan=_lifespan, static_url=DOCS_ASSETS,
                          description="Fabric telemetry and anomaly detection for GPU clusters.",
-                         swagger_ui_parameters={"validatorUrl": None})  # no badge fetched from swagger.io
+                         swagger_ui_parameters={"validatorUrl": None},  # no badge fetched from swagger.io
+                         # FastAPI's own OpenTelemetry hooks: unused here (metrics are /metrics'), yet asked on
+                         # every request whether a provider was configured since.
+                         telemetry={"tracing": False, "metrics": False, "logs": False})
     app.state.settings = settings
-    app.state.engine = get_engine(settings.database_url)
+    app.state.engine = get_engine(settings.database_url, pool_size=settings.api_db_threads)
     TARGET_COVERAGE.engine = app.state.engine   # /metrics reads the targets' coverage from this database
     HEALTH.engine = app.state.engine            # and the alerts and receivers
     HEALTH.topology = fleet_topology(app.state.engine, settings)  # sharded: the shards' detector states

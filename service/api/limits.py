@@ -21,6 +21,9 @@ from service.api.problems import problem_response
 
 JSON_MAX_BODY_BYTES = 1024 * 1024
 LARGE_BODY_PATHS = frozenset({"/api/v1/import/prometheus", "/api/v1/nccl", "/api/v1/write"})
+# HTTP versions whose requests carry a body only with Content-Length or Transfer-Encoding (HTTP/2 may send
+# DATA frames with neither, so an HTTP/2 request is always counted).
+_NO_FRAMING_NO_BODY = frozenset({"1.0", "1.1"})
 
 
 class BodyTooLarge(HTTPException):
@@ -50,7 +53,14 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit = body_limit(scope.get("path", ""), self.max_bytes)
-        declared = dict(scope.get("headers") or []).get(b"content-length")
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        unframed = declared is None and b"transfer-encoding" not in headers
+        if unframed and scope.get("http_version") in _NO_FRAMING_NO_BODY:
+            # HTTP/1.x without Content-Length or Transfer-Encoding has no body (RFC 9112 6.3): nothing to count,
+            # and no wrapped receive and send for the most common request there is, a GET.
+            await self.app(scope, receive, send)
+            return
         if declared and declared.isdigit() and int(declared) > limit:
             await self._refuse(scope, receive, send, BodyTooLarge(limit, int(declared)))
             return

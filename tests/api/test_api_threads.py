@@ -1,0 +1,93 @@
+"""FABRICWATCH_API_DB_THREADS: an API process runs at most that many sync route calls at once, and its
+connection pool keeps as many connections, so bursts of reads reuse connections instead of opening a new
+PostgreSQL backend for each request over the pool's size and closing it again (service/api/app.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, event
+
+from service.api.app import create_app
+from service.config import load_settings
+
+
+class Watch:
+    """Connections an engine opened, and how many of its checkouts were out at once (each held 50 ms)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine, self.opened, self.out, self.most_out = engine, 0, 0, 0
+        self.lock = threading.Lock()
+        event.listen(engine, "connect", self._connect)
+        event.listen(engine, "checkout", self._checkout)
+        event.listen(engine, "checkin", self._checkin)
+
+    def _connect(self, *_: Any) -> None:
+        with self.lock:
+            self.opened += 1
+
+    def _checkout(self, *_: Any) -> None:
+        with self.lock:
+            self.out += 1
+            self.most_out = max(self.most_out, self.out)
+        time.sleep(0.05)  # hold the connection, so that a burst's requests overlap
+
+    def _checkin(self, *_: Any) -> None:
+        with self.lock:
+            self.out -= 1
+
+    def remove(self) -> None:
+        event.remove(self.engine, "connect", self._connect)
+        event.remove(self.engine, "checkout", self._checkout)
+        event.remove(self.engine, "checkin", self._checkin)
+
+
+@pytest.fixture()
+def own_url(db: Engine, db_url: str) -> Iterator[str]:
+    """The test database under a URL no other test used: an engine (and pool) of this test's own."""
+    url = f"{db_url}?application_name=fw_api_threads_{time.monotonic_ns()}"
+    yield url
+    from service.db import get_engine
+
+    get_engine(url).dispose()
+
+
+def _burst(client: TestClient, n: int) -> None:
+    with ThreadPoolExecutor(n) as pool:
+        statuses = list(pool.map(lambda _: client.get("/api/v1/alerts", params={"limit": 5}).status_code, range(n)))
+    assert statuses == [200] * n
+
+
+def test_bursts_reuse_the_pools_connections(own_url: str) -> None:
+    app = create_app(load_settings(database_url=own_url, auth_required=False))
+    watch = Watch(app.state.engine)
+    try:
+        with TestClient(app) as client:
+            _burst(client, 12)
+            first = watch.opened
+            assert 1 <= first <= 12
+            _burst(client, 12)
+            _burst(client, 12)
+            # Before: a pool of 5 closed the 7 overflow connections of each burst as they came back, and the
+            # next burst opened 7 new ones.
+            assert watch.opened == first, f"{watch.opened - first} connections opened after the first burst"
+    finally:
+        watch.remove()
+
+
+def test_sync_route_calls_at_once_are_bounded_by_the_setting(own_url: str) -> None:
+    app = create_app(load_settings(database_url=own_url, auth_required=False, api_db_threads=3))
+    watch = Watch(app.state.engine)
+    try:
+        with TestClient(app) as client:
+            _burst(client, 10)
+        assert watch.most_out == 3  # anyio's default is 40 threads: all 10 would have been out at once
+        assert watch.opened <= 3
+    finally:
+        watch.remove()
