@@ -1,6 +1,7 @@
 """API under load while ingest runs: p50/p99 of /api/v1/alerts and /api/v1/series at fixed request rates.
 
-    python bench/load.py [--rates 100,500] [--seconds 20] [--ingest-devices 76] [--workers 2] [--revalidate]
+    python bench/load.py [--rates 100,500] [--seconds 20] [--ingest-devices 76] [--workers 2] [--no-revalidate]
+                         [--client lean|aiohttp]
 
 Open loop: request i is sent at t0 + i / rate whether or not earlier ones have answered, and its
 latency is measured from that intended time, so a server that falls behind shows it (no
@@ -18,15 +19,23 @@ no auth): what the machine, the framework and this load generator give at that r
 compute. The machine is shared: each phase prints the CPU the API processes and their database
 backends used per request, and how busy the whole machine was (the rest is other work).
 
-`--revalidate`: alert requests send If-None-Match with the ETag last seen for the same query, as a
-browser or the NOC page polling the list does; 304s count as answers.
+Alert requests send If-None-Match with the ETag last seen for the same query, as a browser or the NOC
+page polling the list does (304s count as answers, and are printed as such); `--no-revalidate` sends none,
+as this bench did before 2026-12-03 (every alert request a 200 with its page: 77 KB for the first page).
+
+The generator: one asyncio loop (uvloop) and bench/lean_http.py's keep-alive client, which costs about half
+of aiohttp's CPU per request (`--client aiohttp`: the one used before 2026-12-03). Each phase prints the
+generator's own CPU per request (its thread's CPU time): it runs on the same cores as the server.
 
 `--kinds N`: after the mix, each of the mix's four request kinds alone, N requests two at a time
 (closed loop, so a busy machine delays them but does not pile them up), `--kinds-rounds` times: CPU ms per
 request of each kind, API + its database, after the ingest stream has stopped (less what the idle phases
 before and after measure: background work). `--baseline-dir DIR` serves DIR's code (a `git archive` of an
 older commit) on the next port against the same database, measured the same way, alternating with this
-code kind by kind: a side-by-side in one run on one machine, whatever else the machine is doing.
+code kind by kind: a side-by-side in one run on one machine, whatever else the machine is doing. The rate
+phases (anchor and mix) run on both too, this code first at each rate, the ingest stream pushing to the one
+being measured; the idle server's connections stay open, so its backends are in the other's figures (idle,
+they cost nothing measurable).
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import psutil
+import uvloop
 from ingest_soak import (  # bench scripts share the fabric; they are not a package
     REPO,
     CpuMeter,
@@ -62,6 +72,7 @@ from ingest_soak import (  # bench scripts share the fabric; they are not a pack
     proc_tree,
     push_loop,
 )
+from lean_http import LeanClient, RequestFailed
 
 HISTORY_HOSTS = 8
 
@@ -122,30 +133,47 @@ def request_for(i: int, rng: random.Random, kind: int | None = None) -> tuple[st
 
 
 async def open_loop(base: str, rate: float, seconds: float, *, anchor: bool = False,
-                    revalidate: bool = False, kind: int | None = None) -> dict[str, list[float]]:
+                    revalidate: bool = True, kind: int | None = None, client: str = "lean",
+                    cpu: list[float] | None = None) -> dict[str, list[float]]:
     """Latency (s, from intended send time) per endpoint; a failure or timeout counts as 10 s.
     `anchor`: every request is GET /healthz. `revalidate`: alert requests send the last ETag of their query.
-    `kind`: only that kind of the mix's requests."""
+    `kind`: only that kind of the mix's requests. `client`: "lean" (bench/lean_http.py) or "aiohttp".
+    `cpu`: gets the CPU seconds this thread (the generator's event loop) used, appended."""
     out: dict[str, list[float]] = {"alerts": [], "series": [], "healthz": [], "errors": [], "not_modified": []}
     rng = random.Random(int(rate))
     etags: dict[str, str] = {}
-    # aiohttp, not httpx: measured here, httpx's client costs ~1.0 CPU ms per request and aiohttp's ~0.23,
-    # CPU the server on the same two cores would otherwise lose to its own load generator.
-    timeout = aiohttp.ClientTimeout(total=10)
-    async with aiohttp.ClientSession(base, timeout=timeout, connector=aiohttp.TCPConnector(limit=512)) as client:
+    c0 = time.thread_time()
+    async with contextlib.AsyncExitStack() as stack:
+        if client == "lean":
+            host, _, port = base.removeprefix("http://").partition(":")
+            lean = await stack.enter_async_context(LeanClient(host, int(port), limit=512, timeout_s=10))
+
+            async def get(path: str, params: dict[str, str], headers: dict[str, str]) -> tuple[int, str | None]:
+                answer = await lean.get(LeanClient.target(path, params), headers)
+                return answer.status, answer.etag
+        else:
+            # aiohttp, not httpx: measured here, httpx's client costs ~1.0 CPU ms per request and aiohttp's
+            # ~0.23-0.6 (the lean client less still: its docstring).
+            session = await stack.enter_async_context(aiohttp.ClientSession(
+                base, timeout=aiohttp.ClientTimeout(total=10), connector=aiohttp.TCPConnector(limit=512)))
+
+            async def get(path: str, params: dict[str, str], headers: dict[str, str]) -> tuple[int, str | None]:
+                async with session.get(path, params=params, headers=headers) as r:
+                    await r.read()
+                    return r.status, r.headers.get("etag")
+
         async def one(i: int, due: float) -> None:
             name, path, params = ("healthz", "/healthz", {}) if anchor else request_for(i, rng, kind)
             key = f"{path}?{sorted(params.items())}"
-            headers = {"if-none-match": etags[key]} if revalidate and key in etags else {}
+            headers = {"If-None-Match": etags[key]} if revalidate and key in etags else {}
             try:
-                async with client.get(path, params=params, headers=headers) as r:
-                    await r.read()
-                    ok = r.status in (200, 304)
-                    if r.status == 304:
-                        out["not_modified"].append(1.0)
-                    if "etag" in r.headers:
-                        etags[key] = r.headers["etag"]
-            except (aiohttp.ClientError, TimeoutError):
+                status, etag = await get(path, params, headers)
+                ok = status in (200, 304)
+                if status == 304:
+                    out["not_modified"].append(1.0)
+                if etag:
+                    etags[key] = etag
+            except (aiohttp.ClientError, RequestFailed, OSError, TimeoutError):
                 ok = False
             out[name].append(time.perf_counter() - due if ok else 10.0)
             if not ok:
@@ -158,6 +186,8 @@ async def open_loop(base: str, rate: float, seconds: float, *, anchor: bool = Fa
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
             tasks.append(asyncio.create_task(one(i, due)))
         await asyncio.gather(*tasks)
+    if cpu is not None:
+        cpu.append(time.thread_time() - c0)
     return out
 
 
@@ -167,6 +197,7 @@ class Phase:
 
     def __init__(self, server: Any, db_url: str) -> None:
         self.server, self.db_url, self.meter = server, db_url, CpuMeter()
+        self.generator_s = 0.0  # the load generator's thread, when the phase measures it
 
     def __enter__(self) -> Phase:
         self.meter.sample(proc_tree(self.server) + backends(self.db_url))
@@ -194,12 +225,15 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0, help="per rate")
     ap.add_argument("--ingest-devices", type=int, default=76, help="devices pushing every 10 s (608 = all)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--revalidate", action="store_true", help="alert requests send If-None-Match")
+    ap.add_argument("--no-revalidate", dest="revalidate", action="store_false",
+                    help="alert requests send no If-None-Match (each gets its whole page)")
+    ap.add_argument("--client", choices=("lean", "aiohttp"), default="lean", help="the generator's HTTP client")
     ap.add_argument("--app-dir", type=Path, default=REPO,
                     help="serve another checkout's code (e.g. `git archive` of the commit before a change)")
     ap.add_argument("--kinds", type=int, default=0, help="requests of each kind alone per round (0: not run)")
     ap.add_argument("--kinds-rounds", type=int, default=3)
-    ap.add_argument("--baseline-dir", type=Path, help="older code, measured kind by kind beside this one")
+    ap.add_argument("--baseline-dir", type=Path,
+                    help="older code, measured phase by phase (and kind by kind) beside this one")
     ap.add_argument("--port", type=int, default=18432)
     ap.add_argument("--server", default=os.environ.get("FABRICWATCH_TEST_DATABASE_URL",
                                                        "postgresql://postgres@127.0.0.1/postgres"))
@@ -207,7 +241,7 @@ def main() -> None:
     rates = [float(r) for r in args.rates.split(",") if r]
     devices = fabric()
     url = create_db(args.server, "fw_load")
-    results: dict[tuple[float, str], tuple[dict[str, list[float]], Phase]] = {}
+    results: dict[tuple[str, float, str], tuple[dict[str, list[float]], Phase]] = {}
     kinds: list[tuple[str, str, Phase, dict[str, list[float]]]] = []
     try:
         add_inventory(url, devices)
@@ -221,17 +255,25 @@ def main() -> None:
                                 more.enter_context(api_server(url, args.port + 1, args.workers, args.baseline_dir)), b))
             pushers = devices[:args.ingest_devices]
             ingest = PushStats()
-            t = Ingest(base, pushers, ingest)
-            t.start()
-            time.sleep(12)  # the stream's first interval creates its series; measure in steady state
+            first = True
             for r in rates:
-                for what in ("anchor", "mix"):
-                    with Phase(server, url) as phase:
-                        res = asyncio.run(open_loop(base, r, args.seconds, anchor=what == "anchor",
-                                                    revalidate=args.revalidate))
-                    results[(r, what)] = (res, phase)
-                    time.sleep(2)  # let a backlog drain before the next phase
-            t.stop()
+                # With a baseline, each rate's phases run on one server and then the other, the ingest stream
+                # pushing to the server being measured (its CPU is in that server's figures, as without one).
+                for app_dir, srv, srv_base in servers:
+                    t = Ingest(srv_base, pushers, ingest)
+                    t.start()
+                    # The stream's first interval creates its series; measure in steady state.
+                    time.sleep(12 if first else 3)
+                    first = False
+                    for what in ("anchor", "mix"):
+                        gen_cpu: list[float] = []
+                        with Phase(srv, url) as phase, asyncio.Runner(loop_factory=uvloop.new_event_loop) as run:
+                            res = run.run(open_loop(srv_base, r, args.seconds, anchor=what == "anchor",
+                                                    revalidate=args.revalidate, client=args.client, cpu=gen_cpu))
+                        phase.generator_s = gen_cpu[0]
+                        results[(app_dir, r, what)] = (res, phase)
+                        time.sleep(2)  # let a backlog drain before the next phase
+                    t.stop()
             if args.kinds:
                 time.sleep(5)  # what the server still had of the stream finishes before the first idle phase
                 # Without the ingest stream: its CPU is most of what an idle phase measures, and its share of a
@@ -239,11 +281,14 @@ def main() -> None:
                 kind_phases(args, url, servers, kinds)
         n_ports = sum(p for _, _, p in pushers)
         print(f"machine: {platform.node()} {os.cpu_count()} cores, {platform.platform()}; "
-              f"{args.workers} uvicorn workers serving {args.app_dir}, load generator on the same machine; "
-              f"load average at the end {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+              f"{args.workers} uvicorn workers serving {args.app_dir}"
+              f"{f' and {args.baseline_dir}, phase by phase' if args.baseline_dir else ''}, load generator on the "
+              f"same machine; load average at the end {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
         print(f"ingest stream  : {len(pushers)} devices, {n_ports * 40 / 10:,.0f} samples/s offered, "
               f"{ingest.written:,} written, {ingest.errors} errors, push p50 {pct(ingest.latencies, 0.5):.0f} ms")
-        for (r, what), (res, phase) in results.items():
+        for (app_dir, r, what), (res, phase) in results.items():
+            if args.baseline_dir:
+                print(f"{app_dir}:")
             names = ("healthz",) if what == "anchor" else ("alerts", "series")
             for name in names:
                 xs = res[name]
@@ -253,7 +298,8 @@ def main() -> None:
             print(f"{r:5.0f} req/s  {what}: errors/timeouts {len(res['errors'])}, 304s {len(res['not_modified'])}; "
                   f"API + its database {1000 * phase.api_cores * phase.wall / n:.2f} CPU ms/request "
                   f"(ingest included), {phase.api_cores:.2f} cores over {phase.wall:.0f} s; machine busy "
-                  f"{phase.machine_cores:.2f} of {os.cpu_count()} cores")
+                  f"{phase.machine_cores:.2f} of {os.cpu_count()} cores; generator ({args.client}) "
+                  f"{1000 * phase.generator_s / n:.2f} CPU ms/request, {phase.generator_s / phase.wall:.2f} cores")
         report_kinds(args, kinds)
     finally:
         drop_db(args.server, url)
