@@ -9,7 +9,8 @@ four ways: one server without shards (the baseline), and with the 3 pods on 1 sh
 shards; the control database is a server of its own each time. Measured per layout: the ingest of the same
 samples (service/shards/ingest.py, one transaction per shard), and the read of every series of the metric over
 the whole range (counters as rates), and of one device, as the median of `--repeat` runs after one warm-up.
-Every layout must return the same points as the baseline (checked). All servers share this machine's cores:
+Every layout must return the same points as the baseline (checked), and one device's read must open a
+connection to one shard only, generic plans forced (checked). All servers share this machine's cores:
 shards here show the cost of the foreign-table path, not the parallelism of separate machines.
 Not a test: the figures go into docs/benchmarks.md.
 """
@@ -56,6 +57,24 @@ def samples(per_pod: int, ports: int, minutes: int) -> list[Sample]:
     t0 = int(T0.timestamp() * 1000)
     return [Sample(METRIC, float(k * 1000 * (d + 1)), t0 + k * 10_000, f"{pod}-leaf{d}", f"swp{i}")
             for pod in PODS for d in range(per_pod) for i in range(ports) for k in range(minutes * 6)]
+
+
+def shards_asked(control_url: str, topo: Topology, device: str, end: datetime) -> list[str]:
+    """The foreign servers one device's read opened a connection to, in a session that held none before
+    and has the plan cache's generic plans forced (what a session running the same statements often may
+    get)."""
+    from sqlalchemy import text
+
+    with get_engine(control_url).connect() as conn:
+        conn.execute(text("SELECT postgres_fdw_disconnect_all()"))
+        conn.execute(text("SET plan_cache_mode = force_generic_plan"))
+        try:
+            fleet.query_series(conn=conn, topology=topo, metric=METRIC, start=T0, end=end, device=device)
+            return sorted(conn.execute(text("SELECT server_name FROM postgres_fdw_get_connections()")).scalars())
+        finally:
+            conn.rollback()
+            conn.execute(text("RESET plan_cache_mode"))
+            conn.commit()
 
 
 def timed(fn, repeat: int) -> tuple[float, object]:  # type: ignore[no-untyped-def]
@@ -129,8 +148,11 @@ def main() -> None:
             dev_s, _ = timed(lambda read=read: read(one_device), args.repeat)
             have = {(r.device, r.port): r.points for r in got}  # type: ignore[attr-defined]
             assert have == want, f"{n} shards: the fleet read differs from the single server's"
+            asked = shards_asked(control_url, topo, one_device, end)
+            assert len(asked) == 1, f"{n} shards: one device's read asked {asked}"
             print(f"{n} shard(s): ingest {ingest_s:.2f} s ({len(batch) / ingest_s:,.0f}/s), read all "
-                  f"{read_s * 1000:.0f} ms, one device {dev_s * 1000:.1f} ms (same points as the single server)")
+                  f"{read_s * 1000:.0f} ms, one device {dev_s * 1000:.1f} ms (same points as the single server; "
+                  f"the device's read asked {', '.join(asked)} only)")
     finally:
         for s in servers:
             s.remove()

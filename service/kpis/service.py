@@ -8,6 +8,9 @@ returns one row per (group, step bucket). Only aggregates cross the wire.
 Interval sources are swappable: `RAW` reads `samples`; a rollup table exposing the same columns
 (series_id, ts, dt, d: the interval's end, length in seconds and counter increase) can be
 registered with `register_source` and is then used for steps at or above its resolution.
+
+Across shards (service/kpis/sharded.py) the same SQL runs on each shard up to decomposable partial
+aggregates per (group, bucket), which are merged on the control side.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from service.shards.topology import Topology
-from service.telemetry.store import STAGE_TABLE, merged_between, stage_chunks
+from service.telemetry.store import merged_between, stage_chunks
 
 
 class Scope(StrEnum):
@@ -61,10 +64,11 @@ LEFT JOIN devices pd ON pd.id = pp.device_id
 # Rows and blocks, and the compressed chunks `_stage` decoded for the range (service/telemetry/store.py).
 _LO, _HI = "CAST(:start AS timestamptz) - make_interval(secs => :max_gap)", "CAST(:end AS timestamptz)"
 _MERGED = merged_between(_LO, _HI)
-# Across shards every sample of the range is staged (service/shards/fleet.py:stage_port_series), keyed by
-# the staged series' ids: the same SQL then reads the stage alone, and `sel` the staged series.
-_FLEET_STAGED = f"(SELECT series_id, ts, value FROM {STAGE_TABLE} WHERE ts >= {_LO} AND ts <= {_HI})"
-_FLEET_SELECTED = "fleet_selected"  # service.shards.fleet.SELECTED (not imported: shards import telemetry)
+# On a shard (service/kpis/sharded.py): the control database's groups of the shard's ports come as arrays
+# (the shard holds no links, nor the far ends' devices), and only series of the pods it owns are read.
+_SHARD_MEMBERS = ("SELECT * FROM unnest(CAST(:m_port AS int[]), CAST(:m_grp AS text[]), "
+                  "CAST(:m_speed AS float8[])) AS m(port_id, grp, speed_bps)")
+_SHARD_SERIES = "AND s.device_id IN (SELECT id FROM devices WHERE coalesce(pod, '') = ANY(CAST(:pods AS text[])))"
 _RAW_SOURCE = f"""
 SELECT series_id, ts, dt,
        CASE WHEN v = 'NaN' OR pv = 'NaN' THEN NULL
@@ -112,11 +116,13 @@ def pick_source(step_s: float) -> IntervalSource:
     return fitting[-1] if fitting else RAW
 
 
-def _base(metrics: Sequence[str], scope: Scope, source: IntervalSource, fleet: bool = False) -> str:
+def _base(metrics: Sequence[str], scope: Scope, source: IntervalSource, on_shard: bool = False) -> str:
+    members = _SHARD_MEMBERS if on_shard else _MEMBERS_SQL.format(group=_GROUP_SQL[scope])
     return f"""
-WITH members AS ({_MEMBERS_SQL.format(group=_GROUP_SQL[scope])}),
-sel AS (SELECT s.id, s.metric, s.port_id, s.counter_bits, s.saturating FROM {_FLEET_SELECTED if fleet else 'series'} s
-        WHERE s.metric IN ({', '.join(f"'{m}'" for m in metrics)}) AND s.port_id IS NOT NULL),
+WITH members AS ({members}),
+sel AS (SELECT s.id, s.metric, s.port_id, s.counter_bits, s.saturating FROM series s
+        WHERE s.metric IN ({', '.join(f"'{m}'" for m in metrics)}) AND s.port_id IS NOT NULL
+        {_SHARD_SERIES if on_shard else ''}),
 iv AS (SELECT i.*, sel.port_id, sel.metric,
               to_timestamp(floor(extract(epoch FROM i.ts - make_interval(secs => 0.001)) / :step) * :step) AS bucket
        FROM ({source.sql}) i JOIN sel ON sel.id = i.series_id)
@@ -154,11 +160,9 @@ class KpiReport:
 
 
 def _stage(conn: Connection, sql: str, metrics: Sequence[str], source: IntervalSource, start: datetime,
-           end: datetime, max_gap_s: float, fleet: bool = False) -> str:
+           end: datetime, max_gap_s: float) -> str:
     """Raw intervals come from compressed chunks too: decode those of these metrics' port series in range;
-    `sql` reading rows and blocks alone when there were none. `fleet`: the samples are staged already."""
-    if fleet:
-        return sql.replace(_MERGED, _FLEET_STAGED)
+    `sql` reading rows and blocks alone when there were none."""
     if source is not RAW:
         return sql
     sids = conn.execute(text("SELECT id FROM series WHERE metric = ANY(:m) AND port_id IS NOT NULL"),
@@ -171,18 +175,24 @@ def _params(start: datetime, end: datetime, step_s: float, max_gap_s: float) -> 
     return {"start": start, "end": end, "step": float(step_s), "max_gap": float(max_gap_s)}
 
 
-def utilization(*, conn: Connection, scope: Scope, start: datetime, end: datetime, step_s: float,
-                max_gap_s: float = 900.0, fleet: bool = False) -> list[KpiPoint]:
-    """Per group and bucket: mean (bytes*8 over capacity*time), peak and p95 of per-interval port utilization."""
-    src = RAW if fleet else pick_source(step_s)
-    sql = _base(["port_tx_bytes_total"], scope, src, fleet) + """
+# Each KPI's SQL after `_base`: its own CTEs (shared with the shards' partial aggregates, sharded.py), then
+# the final SELECT of one server.
+UTIL_METRICS = ["port_tx_bytes_total"]
+UTIL_CTE = """
 , u AS (SELECT m.grp, iv.bucket, iv.d * 8 AS bits, iv.dt * m.speed_bps AS cap, iv.d * 8 / (iv.dt * m.speed_bps) AS util
         FROM iv JOIN members m ON m.port_id = iv.port_id
-        WHERE iv.d IS NOT NULL AND m.speed_bps > 0 AND m.grp IS NOT NULL)
+        WHERE iv.d IS NOT NULL AND m.speed_bps > 0 AND m.grp IS NOT NULL)"""
+
+
+def utilization(*, conn: Connection, scope: Scope, start: datetime, end: datetime, step_s: float,
+                max_gap_s: float = 900.0) -> list[KpiPoint]:
+    """Per group and bucket: mean (bytes*8 over capacity*time), peak and p95 of per-interval port utilization."""
+    src = pick_source(step_s)
+    sql = _base(UTIL_METRICS, scope, src) + UTIL_CTE + """
 SELECT grp, bucket, sum(bits) / sum(cap) AS mean, max(util) AS peak,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY util) AS p95, count(*) AS intervals
 FROM u GROUP BY grp, bucket ORDER BY grp, bucket"""
-    sql = _stage(conn, sql, ["port_tx_bytes_total"], src, start, end, max_gap_s, fleet)
+    sql = _stage(conn, sql, UTIL_METRICS, src, start, end, max_gap_s)
     rows = conn.execute(text(sql), _params(start, end, step_s, max_gap_s)).all()
     return [KpiPoint(r.grp, r.bucket, {"utilization_mean": r.mean, "utilization_peak": r.peak,
                                        "utilization_p95": r.p95, "intervals": r.intervals}) for r in rows]
@@ -196,67 +206,82 @@ _CONGESTION = {
     "port_ecn_marked_packets_total": "ecn_marked_per_s",
     "port_cnp_sent_total": "cnp_sent_per_s",
 }
-
-
-def congestion(*, conn: Connection, scope: Scope, start: datetime, end: datetime, step_s: float,
-               max_gap_s: float = 900.0, fleet: bool = False) -> list[KpiPoint]:
-    """Per group and bucket: PFC pause frame rates, pause duty (paused seconds / port-seconds), ECN and CNP rates.
-
-    Rates are per port (the group's summed increase over its port-seconds); priorities of one port add up.
-    """
-    src = RAW if fleet else pick_source(step_s)
-    sql = _base(list(_CONGESTION), scope, src, fleet) + """
+CONGESTION_CTE = """
 , per_port AS (  -- one row per port interval: priorities summed, time counted once
   SELECT m.grp, iv.bucket, iv.metric AS metric, iv.port_id, iv.ts, max(iv.dt) AS dt, sum(iv.d) AS d
   FROM iv JOIN members m ON m.port_id = iv.port_id
   WHERE iv.d IS NOT NULL AND m.grp IS NOT NULL
-  GROUP BY m.grp, iv.bucket, 3, iv.port_id, iv.ts)
+  GROUP BY m.grp, iv.bucket, 3, iv.port_id, iv.ts)"""
+
+
+def congestion_point(rates: dict[str, float | None]) -> dict[str, float | None]:
+    """A bucket's congestion values by KPI name, from metric -> rate (None: no interval of it)."""
+    return {v: rates.get(m) for m, v in _CONGESTION.items()}
+
+
+def congestion(*, conn: Connection, scope: Scope, start: datetime, end: datetime, step_s: float,
+               max_gap_s: float = 900.0) -> list[KpiPoint]:
+    """Per group and bucket: PFC pause frame rates, pause duty (paused seconds / port-seconds), ECN and CNP rates.
+
+    Rates are per port (the group's summed increase over its port-seconds); priorities of one port add up.
+    """
+    src = pick_source(step_s)
+    sql = _base(list(_CONGESTION), scope, src) + CONGESTION_CTE + """
 SELECT grp, bucket, metric, sum(d) / sum(dt) AS rate FROM per_port GROUP BY grp, bucket, metric
 ORDER BY grp, bucket"""
     out: dict[tuple[str, datetime], dict[str, float | None]] = {}
-    sql = _stage(conn, sql, list(_CONGESTION), src, start, end, max_gap_s, fleet)
+    sql = _stage(conn, sql, list(_CONGESTION), src, start, end, max_gap_s)
     for r in conn.execute(text(sql), _params(start, end, step_s, max_gap_s)):
-        out.setdefault((r.grp, r.bucket), {v: None for v in _CONGESTION.values()})[_CONGESTION[r.metric]] = r.rate
-    return [KpiPoint(g, b, v) for (g, b), v in sorted(out.items())]
+        out.setdefault((r.grp, r.bucket), {})[r.metric] = r.rate
+    return [KpiPoint(g, b, congestion_point(v)) for (g, b), v in sorted(out.items())]
 
 
-def worst_ports(*, conn: Connection, scope: Scope, start: datetime, end: datetime, top: int = 10,
-                max_gap_s: float = 900.0, fleet: bool = False) -> dict[str, list[RankedPort]]:
-    """The ports with the highest pause duty, pause rate, ECN and CNP rate over the whole range."""
-    step = max((end - start).total_seconds(), 1.0)
-    sql = _base(list(_CONGESTION), scope, RAW, fleet) + """
+WORST_CTE = """
 , per_port AS (
   SELECT iv.metric AS metric, iv.port_id, iv.ts, max(iv.dt) AS dt, sum(iv.d) AS d
   FROM iv WHERE iv.d IS NOT NULL GROUP BY 1, iv.port_id, iv.ts),
 agg AS (SELECT metric, port_id, sum(d) / sum(dt) AS rate FROM per_port GROUP BY metric, port_id),
 ranked AS (SELECT a.*, row_number() OVER (PARTITION BY metric ORDER BY rate DESC, port_id) AS rn
-           FROM agg a WHERE rate > 0)
+           FROM agg a WHERE rate > 0)"""
+
+
+def worst_ports(*, conn: Connection, scope: Scope, start: datetime, end: datetime, top: int = 10,
+                max_gap_s: float = 900.0) -> dict[str, list[RankedPort]]:
+    """The ports with the highest pause duty, pause rate, ECN and CNP rate over the whole range."""
+    step = max((end - start).total_seconds(), 1.0)
+    sql = _base(list(_CONGESTION), scope, RAW) + WORST_CTE + """
 SELECT r.metric, r.rate, m.device, m.port, m.grp FROM ranked r JOIN members m ON m.port_id = r.port_id
 WHERE rn <= :top ORDER BY r.metric, rn"""
     params = _params(start, end, step, max_gap_s) | {"top": top}
     out: dict[str, list[RankedPort]] = {v: [] for v in _CONGESTION.values()}
-    sql = _stage(conn, sql, list(_CONGESTION), RAW, start, end, max_gap_s, fleet)
+    sql = _stage(conn, sql, list(_CONGESTION), RAW, start, end, max_gap_s)
     for r in conn.execute(text(sql), params):
         out[_CONGESTION[r.metric]].append(RankedPort(r.device, r.port, r.grp or "", r.rate))
     return out
 
 
+AVAIL_METRICS = ["port_oper_up", "port_link_down_events_total"]
+AVAIL_CTE = """
+, x AS (SELECT m.grp, iv.bucket, iv.metric AS metric, iv.dt, iv.d, iv.v
+        FROM iv JOIN members m ON m.port_id = iv.port_id WHERE m.grp IS NOT NULL)"""
+# the port-time observed up, observed at all, and the link-down increases (summed across shards as well)
+AVAIL_SUMS = """
+       sum(CASE WHEN v > 0.5 THEN dt ELSE 0 END) FILTER (WHERE metric = 'port_oper_up' AND v <> 'NaN') AS up_s,
+       sum(dt) FILTER (WHERE metric = 'port_oper_up' AND v <> 'NaN') AS seen_s,
+       sum(d) FILTER (WHERE metric = 'port_link_down_events_total') AS flaps"""
+
+
 def availability(*, conn: Connection, scope: Scope, start: datetime, end: datetime, step_s: float,
-                 max_gap_s: float = 900.0, fleet: bool = False) -> list[KpiPoint]:
+                 max_gap_s: float = 900.0) -> list[KpiPoint]:
     """Per group and bucket: fraction of observed port-time oper up, and link flaps (link-down increases).
 
     An interval (previous sample, sample] counts as up when the sample at its end reads up.
     """
-    src = RAW if fleet else pick_source(step_s)
-    sql = _base(["port_oper_up", "port_link_down_events_total"], scope, src, fleet) + """
-, x AS (SELECT m.grp, iv.bucket, iv.metric AS metric, iv.dt, iv.d, iv.v
-        FROM iv JOIN members m ON m.port_id = iv.port_id WHERE m.grp IS NOT NULL)
-SELECT grp, bucket,
-       sum(CASE WHEN v > 0.5 THEN dt ELSE 0 END) FILTER (WHERE metric = 'port_oper_up' AND v <> 'NaN')
-         / NULLIF(sum(dt) FILTER (WHERE metric = 'port_oper_up' AND v <> 'NaN'), 0) AS up,
-       sum(d) FILTER (WHERE metric = 'port_link_down_events_total') AS flaps
-FROM x GROUP BY grp, bucket ORDER BY grp, bucket"""
-    sql = _stage(conn, sql, ["port_oper_up", "port_link_down_events_total"], src, start, end, max_gap_s, fleet)
+    src = pick_source(step_s)
+    sql = _base(AVAIL_METRICS, scope, src) + AVAIL_CTE + f"""
+SELECT grp, bucket, up_s / NULLIF(seen_s, 0) AS up, flaps
+FROM (SELECT grp, bucket, {AVAIL_SUMS} FROM x GROUP BY grp, bucket) a ORDER BY grp, bucket"""
+    sql = _stage(conn, sql, AVAIL_METRICS, src, start, end, max_gap_s)
     rows = conn.execute(text(sql), _params(start, end, step_s, max_gap_s)).all()
     return [KpiPoint(r.grp, r.bucket, {"availability": r.up, "flaps": r.flaps}) for r in rows]
 
@@ -269,35 +294,35 @@ def group_labels(*, conn: Connection, scope: Scope) -> dict[str, str]:
     return {r.grp: r.link_label or r.grp for r in conn.execute(text(sql))}
 
 
+def members(conn: Connection, scope: Scope) -> list[Any]:
+    """Every port's group (one row per port and link it is on): port_id, grp, device, port, speed_bps, and
+    pod (its device's, '' for none): what the shards are sent, and what names their worst ports."""
+    return conn.execute(text(f"SELECT m.*, coalesce(d.pod, '') AS pod FROM "
+                             f"({_MEMBERS_SQL.format(group=_GROUP_SQL[scope])}) m "
+                             f"JOIN ports p ON p.id = m.port_id JOIN devices d ON d.id = p.device_id "
+                             f"ORDER BY m.port_id")).all()
+
+
 def fabric_kpis(*, conn: Connection, scope: Scope, start: datetime, end: datetime, step_s: float,
                 top: int = 10, max_gap_s: float = 900.0, topology: Topology | None = None) -> KpiReport:
     """Every telemetry KPI of one scope over [start, end] in buckets of step_s. With a sharded `topology`,
-    across the shards that answer: the samples of the range come through the fleet tables (pod and time
-    conditions sent to each shard) into this transaction's stage, the same SQL aggregates them here, and
-    the report names the pods of the shards that did not answer (`missing_pods`)."""
-    def build(fleet: bool) -> KpiReport:
-        kw: dict[str, Any] = {"conn": conn, "scope": scope, "start": start, "end": end, "max_gap_s": max_gap_s,
-                              "fleet": fleet}
-        return KpiReport(
-            scope=scope.value, start=start, end=end, step_s=step_s, source=RAW.name if fleet else
-            pick_source(step_s).name, labels=group_labels(conn=conn, scope=scope),
-            utilization=utilization(step_s=step_s, **kw), congestion=congestion(step_s=step_s, **kw),
-            availability=availability(step_s=step_s, **kw), worst_ports=worst_ports(top=top, **kw))
+    across the shards that answer: each shard aggregates its own samples (service/kpis/sharded.py), the
+    partial aggregates are merged here, and the report names the pods of the shards that did not answer
+    (`missing_pods`)."""
+    if topology is not None and topology.sharded:
+        from service.kpis.sharded import fabric_kpis_across_shards
 
-    if topology is None or not topology.sharded:
-        return build(False)
-    from service.shards.fleet import read_fleet, stage_port_series
-
-    def read(pods: list[str], pod_shard: dict[str, str]) -> KpiReport:
-        stage_port_series(conn, pods, pod_shard, KPI_METRICS, start - timedelta(seconds=max_gap_s), end)
-        return build(True)
-
-    rep, seen = read_fleet(conn, topology, read)
-    rep.missing_pods = seen.missing_shown
-    return rep
+        return fabric_kpis_across_shards(conn=conn, topology=topology, scope=scope, start=start, end=end,
+                                         step_s=step_s, top=top, max_gap_s=max_gap_s)
+    kw: dict[str, Any] = {"conn": conn, "scope": scope, "start": start, "end": end, "max_gap_s": max_gap_s}
+    return KpiReport(
+        scope=scope.value, start=start, end=end, step_s=step_s, source=pick_source(step_s).name,
+        labels=group_labels(conn=conn, scope=scope),
+        utilization=utilization(step_s=step_s, **kw), congestion=congestion(step_s=step_s, **kw),
+        availability=availability(step_s=step_s, **kw), worst_ports=worst_ports(top=top, **kw))
 
 
-KPI_METRICS = ["port_tx_bytes_total", *_CONGESTION, "port_oper_up", "port_link_down_events_total"]
+KPI_METRICS = [*UTIL_METRICS, *_CONGESTION, *AVAIL_METRICS]
 
 
 # --- fault recovery times ----------------------------------------------------------------------

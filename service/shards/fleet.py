@@ -2,9 +2,10 @@
 
 A read asks the partitioned parents for `pod = ANY(<pods>)` and the time range: PostgreSQL sends these
 conditions to each shard (Remote SQL) and prunes the partitions of pods not asked for, which are then never
-connected to. When a shard does not answer, the query fails; the read then connects to each shard of the
-stored pod map, and asks again for the pods of those that answered only. Shards found down are left out
-without trying for RECHECK_S. What they hold is named (`Reach.missing`), never passed off as a whole answer.
+connected to (in plans made for the pods asked, CUSTOM_PLANS: a generic plan prunes nothing). When a shard
+does not answer, the query fails; the read then connects to each shard of the stored pod map, and asks
+again for the pods of those that answered only. Shards found down are left out without trying for
+RECHECK_S. What they hold is named (`Reach.missing`), never passed off as a whole answer.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from sqlalchemy.exc import DBAPIError
 from service.shards.setup import FLEET_SCHEMA
 from service.shards.topology import NO_POD, Topology, probe
 from service.telemetry import catalogue
-from service.telemetry.copy_format import HEADER, TRAILER, pack_rows_us
 from service.telemetry.counters import rates
 from service.telemetry.readcache import Contributions, Mark, from_rows
 from service.telemetry.rollups import Level
@@ -35,11 +35,16 @@ from service.telemetry.service import (
     _pick_level,
     _query_rollups,
 )
-from service.telemetry.store import STAGE_TABLE, Samples, _decoded, copy_rows_and_chunks, merge
+from service.telemetry.store import Samples, _decoded, copy_rows_and_chunks, merge
 
 MISSING_HEADER = "X-Fabricwatch-Missing-Pods"
 RECHECK_S = 5.0  # a shard found down is left out of reads this long before it is tried again
 _DOWN: dict[str, tuple[float, str]] = {}  # shard -> (left out until, monotonic clock; why)
+# Plans made with the pods known. A generic plan (the plan cache's choice for a statement a session runs
+# often, e.g. /series' lookup after fleet-wide reads of the same text) cannot prune `pod = ANY($1)`, at
+# plan time or at executor start (PostgreSQL prunes partitions by an array parameter in neither): it asked
+# every shard for one device's rows (39, 90, 127 ms with 1, 2, 3 shards in docs/benchmarks.md).
+CUSTOM_PLANS = "SET LOCAL plan_cache_mode = force_custom_plan"
 
 
 @dataclass(frozen=True)
@@ -157,6 +162,7 @@ def read_fleet_samples(conn: Connection, found: list[Any], pod_shard: dict[str, 
     with raw.cursor() as cur:  # type: ignore[union-attr]
         # each shard aggregates its own rows into a row of arrays per series (sent as one row, not thousands)
         cur.execute("SET LOCAL enable_partitionwise_aggregate = on")
+        cur.execute(CUSTOM_PLANS)  # detection calls this outside read_fleet
         plain, chunks = copy_rows_and_chunks(cur, query, params)
     lo_us, hi_us = _us(lo), _us(hi)
     plain = plain.take(np.nonzero((plain.ts_us >= lo_us) & (plain.ts_us <= hi_us))[0])  # blocks overhang
@@ -170,7 +176,8 @@ T = TypeVar("T")
 
 def read_fleet(conn: Connection, topology: Topology, read: Callable[[list[str], dict[str, str]], T],
                asked: set[str] | None = None) -> tuple[T, Reach]:
-    """Run `read(pods, pod_shard)` over the shards that answer, and say who was missing.
+    """Run `read(pods, pod_shard)` over the shards that answer, and say who was missing. Its statements
+    are planned for the pods they name (CUSTOM_PLANS): only those pods' shards are asked.
 
     Optimistic: every shard answers but those found down in the last RECHECK_S (no connection of our own
     per read). A read that fails asks each shard, then goes again (after a rollback) without the ones down;
@@ -183,6 +190,7 @@ def read_fleet(conn: Connection, topology: Topology, read: Callable[[list[str], 
                  sorted(p for p, s in pod_shard.items() if s in recent), recent)
     for attempt in (1, 2):
         try:
+            conn.execute(text(CUSTOM_PLANS))
             got = read([p for p in seen.live if asked is None or p in asked], pod_shard)
             break
         except (DBAPIError, psycopg.Error):
@@ -300,45 +308,6 @@ def query_series(*, conn: Connection, topology: Topology, metric: str, start: da
     return read_fleet(conn, topology, read, asked)
 
 
-# --- SQL readers on the control side (KPIs) ----------------------------------------------------------
-
-SELECTED = "fleet_selected"  # temp table: the staged series, `id` their index (stands in for series.id)
-
-
-def stage_port_series(conn: Connection, pods: list[str], pod_shard: dict[str, str], metrics: list[str],
-                      lo: datetime, hi: datetime) -> int:
-    """For SQL that reads `series` and samples on one server (the KPIs): the port series of these metrics
-    on these pods into temp table `fleet_selected` (id, metric, port_id, counter_bits, saturating), and
-    their samples in [lo, hi] (rows, blocks and chunks, one fleet read) into store's `chunk_samples`,
-    keyed by that id. Both are emptied first and at commit. Returns the samples staged."""
-    raw = conn.connection.driver_connection
-    with raw.cursor() as cur:  # type: ignore[union-attr]
-        cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {SELECTED} (id int PRIMARY KEY, metric text NOT NULL, "
-                    f"port_id int NOT NULL, counter_bits smallint, saturating boolean) ON COMMIT DELETE ROWS")
-        cur.execute(f"DELETE FROM {SELECTED}")
-        cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {STAGE_TABLE} (series_id int NOT NULL, "
-                    f"ts timestamptz NOT NULL, value float8 NOT NULL) ON COMMIT DELETE ROWS")
-        cur.execute(f"DELETE FROM {STAGE_TABLE}")
-    found = conn.execute(text(
-        f"SELECT pod, series_id, metric, port_id, counter_bits, saturating FROM {FLEET_SCHEMA}.series "
-        f"WHERE pod = ANY(:pods) AND metric = ANY(:metrics) AND port_id IS NOT NULL ORDER BY pod, series_id"),
-        {"pods": pods, "metrics": metrics}).all() if pods else []
-    if not found:
-        return 0
-    conn.execute(text(f"INSERT INTO {SELECTED} SELECT * FROM unnest(CAST(:i AS int[]), CAST(:m AS text[]), "
-                      f"CAST(:p AS int[]), CAST(:b AS smallint[]), CAST(:s AS boolean[]))"),
-                 {"i": list(range(len(found))), "m": [r.metric for r in found], "p": [r.port_id for r in found],
-                  "b": [r.counter_bits for r in found], "s": [r.saturating for r in found]})
-    got = read_fleet_samples(conn, found, pod_shard, lo, hi)
-    with raw.cursor() as cur:  # type: ignore[union-attr]
-        if len(got):
-            with cur.copy(f"COPY {STAGE_TABLE} (series_id, ts, value) FROM STDIN (FORMAT BINARY)") as cp:
-                cp.write(HEADER + pack_rows_us(got.sid, got.ts_us, got.value) + TRAILER)
-        cur.execute(f"ANALYZE {SELECTED}")
-        cur.execute(f"ANALYZE {STAGE_TABLE}")
-    return len(got)
-
-
 # --- the newest samples (fleet summary, topology) ----------------------------------------------------
 
 def latest_sql(extra: str = "") -> str:
@@ -348,4 +317,4 @@ def latest_sql(extra: str = "") -> str:
 
 
 __all__ = ["MISSING_HEADER", "NO_POD", "Reach", "latest_sql", "query_series", "reach", "read_fleet",
-           "read_fleet_samples", "rows_sql", "stage_port_series"]
+           "read_fleet_samples", "rows_sql"]

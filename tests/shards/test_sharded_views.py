@@ -6,6 +6,7 @@ samples and detection cycle; with a shard stopped, its pods are named, never pas
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -165,6 +166,12 @@ def test_detector_gauges_per_shard(pair: Pair) -> None:
         assert got[("fabricwatch_detection_last_cycle_timestamp_seconds", shard)] > 0
         assert got[("fabricwatch_shard_up", shard)] == 1
     assert ("fabricwatch_detection_data_timestamp_seconds", "") not in got
+    # every series the sharded deployment's example rules read is exposed here
+    from tests.paths import REPO
+
+    rules = (REPO / "examples/prometheus/fabricwatch-shards.rules.yml").read_text()
+    wanted = set(re.findall(r"\b(fabricwatch_[a-z_]+)", rules))
+    assert wanted and wanted <= {name for name, _ in got}, wanted
 
 
 def test_a_stopped_shard_is_named_never_silently_empty(pair: Pair) -> None:
@@ -194,3 +201,94 @@ def test_a_stopped_shard_is_named_never_silently_empty(pair: Pair) -> None:
     assert gauges[("fabricwatch_shard_up", "b")] == 0 and gauges[("fabricwatch_shard_up", "a")] == 1
     assert ("fabricwatch_detection_data_timestamp_seconds", "b") not in gauges
     assert gauges[("fabricwatch_detection_data_timestamp_seconds", "a")] == AT_MS / 1000
+
+
+# --- one device or one pod: only its shard is scanned ----------------------------------------------------
+
+def _prepared(conn: Any, sql: str, params: dict[str, Any]) -> str:
+    """EXPLAIN VERBOSE of `sql` as a prepared statement under a generic plan: what the plan cache may settle
+    on after a session's fifth run of it, the pods known at executor start only."""
+    from psycopg import sql as psql
+
+    names = list(dict.fromkeys(re.findall(r"(?<![:\w]):(\w+)", sql)))
+    prepared = re.sub(r"(?<![:\w]):(\w+)", lambda m: f"${names.index(m.group(1)) + 1}", sql)
+    raw = conn.connection.driver_connection
+    args = ", ".join(psql.Literal(params[n]).as_string(raw) for n in names)
+    conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
+    conn.exec_driver_sql("PREPARE fw_one AS " + prepared)
+    try:
+        return "\n".join(r[0] for r in conn.exec_driver_sql(f"EXPLAIN (VERBOSE, COSTS OFF) EXECUTE fw_one({args})"))
+    finally:
+        conn.exec_driver_sql("DEALLOCATE fw_one")
+
+
+def _shards_scanned(plan: str) -> set[str]:
+    return set(re.findall(r"fleet\.\w+__(\w+)", plan))
+
+
+def test_one_devices_reads_scan_only_its_shard(pair: Pair) -> None:
+    """leaf2 (pod p2, shard b): the plans of every read of one device or one pod name b's partitions alone
+    when planned for the pods they name, which read_fleet makes every plan; a generic plan could not prune
+    `pod = ANY($1)` at all (why: it scans both)."""
+    from service.fleet.service import _FLEET_OPER_SQL as POD_OPER_SQL
+    from service.inventory.views import _FLEET_DOM_SQL, _FLEET_OPER_SQL
+
+    control = pair.cluster.engine
+    with control.connect() as conn:
+        ports = list(conn.execute(text("SELECT p.id FROM ports p JOIN devices d ON d.id = p.device_id "
+                                       "WHERE d.name = 'leaf2'")).scalars())
+        found = conn.execute(text("SELECT pod, series_id FROM fleet.series WHERE device = 'leaf2'")).all()
+        pod_shard = fleet.pod_map(conn)
+    which, by_shard = fleet._which(found, pod_shard)
+    day = {"lo": datetime(2026, 11, 30, tzinfo=UTC), "hi": datetime(2026, 12, 1, tzinfo=UTC)}
+    reads = {
+        "/devices/{name}": (_FLEET_OPER_SQL, {"pods": ["p2"], "ports": ports}),
+        "/series (its series)": (fleet._FLEET_SERIES_SQL, {
+            "pods": ["p2"], "metric": "port_tx_bytes_total", "device": "leaf2", "port": None, "lane": None,
+            "priority": None, "gpu": None, "limit": 1000}),
+        "/series (its rows)": (fleet.rows_sql(which), by_shard | day),
+        "/topology?pod=": (POD_OPER_SQL, {"pods": ["p2"], "metrics": ["port_oper_up"]}),
+        "/optics?device=": (_FLEET_DOM_SQL, {"pods": ["p2"], "metrics": ["optic_rx_power_dbm"], "ports": ports}),
+    }
+    for what, (sql, params) in reads.items():
+        with control.begin() as conn:
+            custom = "\n".join(conn.execute(text("EXPLAIN (VERBOSE, COSTS OFF) " + sql), params).scalars())
+            generic = _prepared(conn, sql, params)
+        assert _shards_scanned(custom) == {"b"}, (what, custom)
+        assert _shards_scanned(generic) == {"a", "b"}, (what, generic)
+    with control.connect() as conn:  # the /series read's one COPY (rows, blocks, chunks)
+        plan = fleet.explain_read(conn, found, pod_shard, day["lo"], day["hi"])
+    assert _shards_scanned(plan) == {"b"}, plan
+    with control.connect() as conn:
+        modes, _ = fleet.read_fleet(conn, pair.cluster.topology(), lambda pods, _: conn.execute(
+            text("SHOW plan_cache_mode")).scalar_one(), asked={"p2"})
+    assert modes == "force_custom_plan"
+
+
+def test_one_devices_reads_ask_only_its_shard_under_generic_plans(pair: Pair) -> None:
+    """The case of docs/benchmarks.md's 39/90/127 ms: a session that ran fleet-wide reads of the same text
+    (/series' lookup) may get a generic plan from the plan cache, which asked every shard. Generic plans
+    forced for every control session here: with shard a stopped, reads of leaf2 (shard b) must not notice,
+    since shard a is never asked."""
+    control = pair.cluster.engine
+    with control.begin() as conn:
+        conn.execute(text("ALTER DATABASE fw_control SET plan_cache_mode = force_generic_plan"))
+    control.dispose()  # new sessions take the setting
+    client = pair.client(sharded=True)
+    day = {"start": "2026-11-30T12:00:00Z", "end": "2026-11-30T12:10:00Z"}
+    pair.cluster.shard_a.stop()
+    try:
+        for _ in range(2):
+            r = client.get("/api/v1/series", params={"metric": "port_tx_bytes_total", "device": "leaf2", **day})
+            assert r.status_code == 200, r.text
+            assert r.json()["missing_pods"] == [] and len(r.json()["series"]) == 1, r.text
+            assert _device(client, "leaf2").json()["missing_pods"] == []
+            for path, params in (("/api/v1/topology", {"pod": "p2"}), ("/api/v1/optics", {"device": "leaf2"})):
+                r = client.get(path, params=params)
+                assert r.status_code == 200 and r.json()["missing_pods"] == [], (path, r.text)
+        assert "a" not in fleet._DOWN, fleet._DOWN  # no read failed on shard a
+    finally:
+        pair.cluster.shard_a.start()
+        with control.begin() as conn:
+            conn.execute(text("ALTER DATABASE fw_control RESET plan_cache_mode"))
+        control.dispose()
