@@ -26,6 +26,9 @@ from tests.paths import REPO
 
 RULES = REPO / "examples" / "prometheus" / "fabricwatch.rules.yml"
 RULE_TESTS = REPO / "examples" / "prometheus" / "fabricwatch.rules.test.yml"
+# a sharded deployment's rules, on top of those (their series: tests/shards/test_sharded_views.py)
+SHARD_RULES = REPO / "examples" / "prometheus" / "fabricwatch-shards.rules.yml"
+SHARD_RULE_TESTS = REPO / "examples" / "prometheus" / "fabricwatch-shards.rules.test.yml"
 PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (Debian package prometheus)")
 
@@ -35,10 +38,11 @@ def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([PROMTOOL, *args], cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
-def test_promtool_checks_the_rules_and_runs_their_unit_tests() -> None:
-    check = promtool("check", "rules", str(RULES), cwd=RULES.parent)
+@pytest.mark.parametrize(("rules", "tests"), [(RULES, RULE_TESTS), (SHARD_RULES, SHARD_RULE_TESTS)])
+def test_promtool_checks_the_rules_and_runs_their_unit_tests(rules: Path, tests: Path) -> None:
+    check = promtool("check", "rules", str(rules), cwd=rules.parent)
     assert check.returncode == 0 and "SUCCESS" in check.stdout, check.stdout + check.stderr
-    unit = promtool("test", "rules", str(RULE_TESTS), cwd=RULES.parent)
+    unit = promtool("test", "rules", str(tests), cwd=rules.parent)
     assert unit.returncode == 0 and "SUCCESS" in unit.stdout, unit.stdout + unit.stderr
 
 
