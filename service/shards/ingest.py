@@ -7,11 +7,12 @@ one `Ingestor` serves every shard unchanged. Unsharded, nothing here is used.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 from sqlalchemy import Connection, Engine, text
 
 from service.config import Settings
@@ -20,7 +21,15 @@ from service.observability import INGESTED_ROWS
 from service.shards.topology import Topology
 from service.telemetry.exporters.mapper import Block, Mapper, MapResult
 from service.telemetry.exporters.store import store_mapped
-from service.telemetry.ingest import Ingestor, IngestReport, SeriesKey
+from service.telemetry.ingest import Ingestor, IngestReport, SeriesKey, check_block_times, check_line_time
+from service.telemetry.promtext import (
+    CANONICAL_SERIES_RE,
+    SHARED_CACHE_LIMIT,
+    PromBlock,
+    PromSample,
+    iter_blocks,
+    parse_series,
+)
 from service.telemetry.samples import Sample
 
 
@@ -233,22 +242,6 @@ def store_mapped_routed(conn: Connection, topology: Topology, mapped: MapResult,
     return merged(out.reports.values()), widths
 
 
-def _lines(chunks: Iterable[bytes]) -> Iterator[str]:
-    """UTF-8 lines (without their ends) of a body given in chunks of any size."""
-    import codecs
-
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    rest = ""
-    for chunk in chunks:
-        text_ = rest + decoder.decode(chunk)
-        lines = text_.split("\n")
-        rest = lines.pop()
-        yield from (line.removesuffix("\r") for line in lines)
-    rest += decoder.decode(b"", final=True)
-    if rest:
-        yield rest.removesuffix("\r")
-
-
 def merged(reports: Iterable[IngestReport]) -> IngestReport:
     """One report of several shards' reports."""
     out = IngestReport()
@@ -262,59 +255,211 @@ def merged(reports: Iterable[IngestReport]) -> IngestReport:
     return out
 
 
-ROUTE_BATCH = 50_000  # lines parsed before their devices' shards are looked up (one query)
+ROUTE_BATCH = 50_000  # lines outside blocks parsed before their devices' shards are looked up (one query)
+_DEVICES: dict[str, str] = {}  # series text -> its device label, process-wide (pushes repeat their series)
+_DAY_MS = 86_400_000
+_PARTITIONS: set[tuple[str, int]] = set()  # (shard URL, day) whose sample partition this process has seen exist
+
+
+def _device_of(series: str) -> str:
+    """The device label of a valid `name{labels}` text ('' if none), as the Ingestor reads it."""
+    device = _DEVICES.get(series)
+    if device is None:
+        m = CANONICAL_SERIES_RE.fullmatch(series)
+        device = m.group(2) if m is not None else dict(parse_series(series)[1]).get("device", "")
+        if len(_DEVICES) >= SHARED_CACHE_LIMIT:
+            _DEVICES.clear()
+        _DEVICES[series] = device
+    return device
+
+
+@dataclass
+class _Part:
+    """One shard's part of an import: its Ingestor, streaming inside the transaction `tx`, and the stream's
+    texts routed to it (`texts`: the sub-blocks' shared list; `local`: per stream text, its index there or -1)."""
+
+    ingestor: Ingestor
+    tx: Any
+    texts: list[str]
+    local: np.ndarray
+
+
+class _Router:
+    """Splits one parsed stream (`promtext.iter_blocks`) by shard: a block's lines by their series' shards,
+    with numpy (each series text is routed once, when it is new to the stream), each shard's rows handed to
+    its Ingestor as one block; lines outside blocks one by one, in stream order. A moving pod's lines go to
+    its new shard's part too (role 0; role 1: the pods' own shards)."""
+
+    def __init__(self, control_conn: Connection, topology: Topology, conns: contextlib.ExitStack,
+                 streams: contextlib.ExitStack, *, source: str, default_ts_ms: int, batch_rows: int) -> None:
+        self.control_conn, self.topology, self.conns, self.streams = control_conn, topology, conns, streams
+        self.source, self.default_ts_ms, self.batch_rows = source, default_ts_ms, batch_rows
+        self.parts: dict[tuple[str, int], _Part] = {}
+        self.where: dict[str, Route] = {}
+        self.stream: list[str] | None = None  # the stream's texts (PromBlock.texts), routed up to `mapped`
+        self.mapped = 0
+        self.pending: list[PromSample] = []  # lines waiting for their devices' routes
+        self.first = 0  # the first sample line
+
+    def part(self, key: tuple[str, int]) -> _Part:
+        part = self.parts.get(key)
+        if part is None:  # rolled back when the stacks close, unless committed
+            conn = self.conns.enter_context(get_engine(self.topology.url(key[0])).connect())
+            ingestor = Ingestor(conn, batch_rows=self.batch_rows)
+            part = _Part(ingestor, conn.begin(), [], np.full(self.mapped, -1, np.int32))
+            self.streams.enter_context(ingestor.streaming(self.source))
+            self.parts[key] = part
+        return part
+
+    def days(self, shard: str, days: Iterable[int]) -> None:
+        """Make sure the shard has these days' partitions, created and committed in a transaction of their
+        own before a part writes them: two parts of one import on one shard (a moving pod's copy, and the
+        shard's own pods) would otherwise each create them in its open transaction, the second waiting on
+        the first's partition lock for ever (partitions.create_partitions). A part whose partition was
+        dropped since (retention) creates it itself, as any ingest does."""
+        url = self.topology.url(shard)
+        new = sorted({d for d in days if (url, d) not in _PARTITIONS})
+        if not new:
+            return
+        from datetime import UTC, datetime
+
+        from service.telemetry.partitions import create_partitions
+
+        with get_engine(url).begin() as conn:
+            conn.execute(text("SET LOCAL lock_timeout = '30s'"))  # an error, never a hang
+            with conn.connection.driver_connection.cursor() as cur:  # type: ignore[union-attr]
+                create_partitions(cur, [datetime.fromtimestamp(d * _DAY_MS / 1000, tz=UTC).date() for d in new])
+        _PARTITIONS.update((url, d) for d in new)
+
+    def look_up(self, devices: Iterable[str]) -> None:
+        new = set(devices) - self.where.keys()
+        if new:
+            self.where.update(routes(self.control_conn, self.topology, new))
+
+    def add(self, item: PromBlock | PromSample) -> None:
+        if isinstance(item, PromBlock):
+            self.add_block(item)
+        else:
+            check_line_time(item[3], item[4], self.source)  # now, as the single-server import would
+            self.first = self.first or item[4]
+            self.pending.append(item)
+            if len(self.pending) >= ROUTE_BATCH:
+                self.flush_lines()
+
+    def flush_lines(self) -> None:
+        """Hand the waiting lines to their shards' Ingestors, in order."""
+        if not self.pending:
+            return
+        devices = [_device_of(p[0]) for p in self.pending]
+        self.look_up(devices)
+        days: dict[str, set[int]] = {}
+        for p, device in zip(self.pending, devices, strict=True):
+            route, day = self.where[device], (self.default_ts_ms if p[3] is None else p[3]) // _DAY_MS
+            days.setdefault(route.shard, set()).add(day)
+            if route.copy_to is not None:
+                days.setdefault(route.copy_to, set()).add(day)
+        for shard, some in sorted(days.items()):
+            self.days(shard, some)
+        for p, device in zip(self.pending, devices, strict=True):
+            route = self.where[device]
+            if route.copy_to is not None:
+                self.part((route.copy_to, 0)).ingestor.add_prom_sample(p, self.default_ts_ms)
+            self.part((route.shard, 1)).ingestor.add_prom_sample(p, self.default_ts_ms)
+        self.pending.clear()
+
+    def add_block(self, block: PromBlock) -> None:
+        self.flush_lines()  # the lines before it first
+        self.first = self.first or block.first_line
+        lo, hi = check_block_times(block, self.source)  # its first bad line, whichever shard's it is
+        one_day = lo // _DAY_MS == hi // _DAY_MS
+        if block.texts is not self.stream:  # a new stream: its texts are routed afresh
+            self.stream, self.mapped = block.texts, 0
+            for part in self.parts.values():
+                part.texts, part.local = [], np.empty(0, np.int32)
+        if len(block.texts) > self.mapped:
+            self.route_texts(block.texts[self.mapped:])
+        first = block.first_line
+        for (shard, _), part in list(self.parts.items()):
+            codes = part.local[block.codes]
+            keep = codes >= 0
+            n = int(np.count_nonzero(keep))
+            if n == len(codes):  # the whole block (a push names one device)
+                sub = PromBlock(first, part.texts, codes, block.values, block.ts_ms)
+            elif n:
+                rows = np.flatnonzero(keep)
+                sub = PromBlock(first, part.texts, codes[rows], block.values[rows], block.ts_ms[rows], rows + first)
+            else:
+                continue
+            self.days(shard, [lo // _DAY_MS] if one_day else np.unique(sub.ts_ms // _DAY_MS).tolist())
+            part.ingestor.add_prom_block(sub)
+
+    def route_texts(self, texts: list[str]) -> None:
+        """Route texts new to the stream: each one's index in the texts of its part (and of its new
+        shard's part, for a moving pod), appended there. Python works per device, numpy per text: a
+        push's texts are all new to its stream, and usually all of one device."""
+        devices = list(map(_DEVICES.get, texts))
+        if None in devices:
+            devices = [_device_of(t) if d is None else d for t, d in zip(texts, devices, strict=True)]
+        uniq = list(dict.fromkeys(devices))
+        self.look_up(uniq)
+        for d in uniq:
+            route = self.where[d]
+            self.part((route.shard, 1))
+            if route.copy_to is not None:
+                self.part((route.copy_to, 0))
+        index = {key: i for i, key in enumerate(self.parts)}
+        targets = np.array([(index[r.shard, 1], -1 if r.copy_to is None else index[r.copy_to, 0])
+                            for r in map(self.where.__getitem__, uniq)], np.int32)  # per device
+        if len(uniq) == 1:
+            which = None
+        else:
+            position = dict(zip(uniq, range(len(uniq)), strict=True))
+            which = np.fromiter(map(position.__getitem__, devices), np.int32, len(devices))
+        for i, part in enumerate(self.parts.values()):
+            mine = (targets == i).any(axis=1)  # per device
+            local = np.full(len(texts), -1, np.int32)
+            if mine.all():
+                local = np.arange(len(part.texts), len(part.texts) + len(texts), dtype=np.int32)
+                part.texts.extend(texts)
+            elif mine.any() and which is not None:  # (one device: all or none)
+                rows = np.flatnonzero(mine[which])
+                local[rows] = np.arange(len(part.texts), len(part.texts) + len(rows), dtype=np.int32)
+                part.texts.extend([texts[r] for r in rows.tolist()])
+            part.local = np.concatenate([part.local, local])
+        self.mapped += len(texts)
 
 
 def import_exposition(*, control: Engine, topology: Topology, chunks: Iterable[bytes], source: str,
                       default_ts_ms: int, batch_rows: int = 50_000) -> tuple[IngestReport, dict[str, IngestReport]]:
     """Import exposition text with each sample stored on its device's shard: the merged report and each
-    shard's. Parsed line by line (`promtext.iter_samples`; the single-server import's Arrow blocks are not
-    used here yet). A malformed line anywhere, or every sample refused (NothingStored), writes nothing on any
-    shard. Each shard's part is one transaction, committed one shard after another at the end: a shard lost
-    between two commits leaves the parts before it stored (there is no two-phase commit across shards)."""
+    shard's. Parsed as the single-server import parses it (`promtext.iter_blocks`), and each block split by
+    shard with numpy (`_Router`): each shard's Ingestor gets its rows as blocks, at about the single-server
+    import's cost per sample. A malformed line anywhere, or every sample refused (NothingStored), writes
+    nothing on any shard; the error names the line the single-server import names. Each shard's part is one
+    transaction, committed one shard after another at the end (a moving pod's new shard first): a shard lost
+    between two commits leaves the parts before it stored (there is no two-phase commit across shards). A
+    shard that cannot be reached raises OperationalError, and nothing is committed anywhere."""
     from service.telemetry.ingest import NothingStored
-    from service.telemetry.promtext import PromSample, iter_samples
 
     with contextlib.ExitStack() as stack:
         # the control connection's transaction holds the pods' routing lock until the shards have committed
         control_conn = stack.enter_context(control.begin())
-        # (shard, 0): a moving pod's new shard, committed first; (shard, 1): the pods' own shards
-        parts: dict[tuple[str, int], tuple[Ingestor, Any]] = {}
-        where: dict[str, Route] = {}
-        pending: list[PromSample] = []
-        first = 0
-
-        def add(shard: str, role: int, p: PromSample) -> None:
-            if (shard, role) not in parts:  # rolled back when the stack closes, unless committed below
-                conn = stack.enter_context(get_engine(topology.url(shard)).connect())
-                parts[shard, role] = (Ingestor(conn, batch_rows=batch_rows), conn.begin())
-            parts[shard, role][0].add_prom_sample(p, default_ts_ms)
-
-        def flush() -> None:
-            devices = {dict(p[1].labels).get("device") for p in pending}
-            new = {d for d in devices if d is not None} - where.keys()
-            if new:
-                where.update(routes(control_conn, topology, new))
-            for p in pending:
-                route = where.get(dict(p[1].labels).get("device") or "", Route(topology.default))
-                if route.copy_to is not None:
-                    add(route.copy_to, 0, p)
-                add(route.shard, 1, p)
-            pending.clear()
-
-        for p in iter_samples(_lines(chunks), source):
-            first = first or p[4]
-            pending.append(p)
-            if len(pending) >= ROUTE_BATCH:
-                flush()
-        flush()
-        done = {key: ing.finish() for key, (ing, _) in sorted(parts.items())}
+        conns = stack.enter_context(contextlib.ExitStack())
+        # closed before the connections, so that an error aborts each COPY before its rollback
+        streams = stack.enter_context(contextlib.ExitStack())
+        router = _Router(control_conn, topology, conns, streams, source=source, default_ts_ms=default_ts_ms,
+                         batch_rows=batch_rows)
+        for item in iter_blocks(chunks, source):
+            router.add(item)
+        router.flush_lines()
+        streams.close()  # each shard's rows sent
+        done = {key: part.ingestor.finish() for key, part in sorted(router.parts.items())}
         reports = {shard: r for (shard, role), r in done.items() if role == 1}
         report = merged(reports.values())
         if report.nothing_stored:
-            raise NothingStored(report, first, source)  # leaving the stack with it rolls every shard back
-        for key in sorted(parts, key=lambda k: (k[1], k[0])):  # copies first
-            parts[key][1].commit()
+            raise NothingStored(report, router.first, source)  # leaving the stack with it rolls every shard back
+        for key in sorted(router.parts, key=lambda k: (k[1], k[0])):  # copies first
+            router.parts[key].tx.commit()
     INGESTED_ROWS.inc(report.written)
     return report, reports
 

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -143,6 +143,23 @@ def timestamp_problem(ts: int) -> str:
     except (OverflowError, ValueError, OSError):  # beyond the year 9999
         shown = ""
     return f"timestamp {ts}{shown} is not from 2000 to 2200; {unit}"
+
+
+def check_line_time(ts_ms: int | None, lineno: int, source: str) -> None:
+    """PromParseError if a line's timestamp is not milliseconds from 2000 to 2200 (`timestamp_problem`)."""
+    if ts_ms is not None and not _MIN_TS_MS <= ts_ms < _MAX_TS_MS:
+        raise PromParseError(lineno, timestamp_problem(ts_ms), source)
+
+
+def check_block_times(block: PromBlock, source: str) -> tuple[int, int]:
+    """A block's first and last timestamp; PromParseError at its first line whose timestamp is not
+    milliseconds from 2000 to 2200 (a file in seconds, µs or ns is refused, not stored in 1970)."""
+    ts_ms = block.ts_ms
+    lo, hi = int(ts_ms.min()), int(ts_ms.max())
+    if lo < _MIN_TS_MS or hi >= _MAX_TS_MS:
+        at = np.argmax((ts_ms < _MIN_TS_MS) | (ts_ms >= _MAX_TS_MS))
+        raise PromParseError(int(block.line_numbers(np.array([at]))[0]), timestamp_problem(int(ts_ms[at])), source)
+    return lo, hi
 
 
 class NothingStored(PromParseError):
@@ -480,8 +497,7 @@ class Ingestor:
     def add_prom_sample(self, sample: PromSample, default_ts_ms: int) -> None:
         """Add one parsed exposition line; entity labels name the series, others are ignored."""
         series, parsed, value, ts_ms, lineno = sample
-        if ts_ms is not None and not _MIN_TS_MS <= ts_ms < _MAX_TS_MS:
-            raise PromParseError(lineno, timestamp_problem(ts_ms), self._source)
+        check_line_time(ts_ms, lineno, self._source)
         index = self._text_slots([series], [(parsed.name, parsed.labels)])[0]
         if isinstance(index, str):
             self.report.received += 1
@@ -513,20 +529,30 @@ class Ingestor:
         The COPY into `samples` stays open and new series resolve on a worker thread for the
         duration of this call; both are closed (or aborted, on any error) before it returns.
         """
-        self._streaming, self._source = True, source
         lines = first = 0
-        try:
+        with self.streaming(source):
             for item in items:
                 if not first:
                     first = item.first_line if isinstance(item, PromBlock) else item[4]
                 if isinstance(item, PromBlock):
-                    self._add_block(item)
+                    self.add_prom_block(item)
                     lines = item.first_line + len(item.codes) - 1
                 else:
                     self.add_prom_sample(item, default_ts_ms)
                     lines = item[4]
                 if on_progress is not None:
                     on_progress(lines)
+        return first
+
+    @contextmanager
+    def streaming(self, source: str = "body") -> Iterator[None]:
+        """Inside: parsed exposition is added (`add_prom_block`, `add_prom_sample`) and stored while the
+        stream is still parsed (`add_prom_blocks`; a sharded import streams to each shard's Ingestor).
+        The COPY into `samples` stays open and new series resolve on a worker thread until the block
+        ends; both are closed on leaving it (or aborted, on any error)."""
+        self._streaming, self._source = True, source
+        try:
+            yield
             self._route_rows()
             self._resolve_all()
             self._flush_blocks()
@@ -540,14 +566,11 @@ class Ingestor:
             if self._worker is not None:
                 self._worker.shutdown(wait=True)
                 self._worker = None
-        return first
 
-    def _add_block(self, block: PromBlock) -> None:
+    def add_prom_block(self, block: PromBlock) -> None:
+        """Add a parsed block of lines (inside `streaming`)."""
         ts_ms = block.ts_ms
-        lo, hi = int(ts_ms.min()), int(ts_ms.max())
-        if lo < _MIN_TS_MS or hi >= _MAX_TS_MS:  # a file in seconds (or µs, ns): refused, not stored in 1970
-            at = int(np.argmax((ts_ms < _MIN_TS_MS) | (ts_ms >= _MAX_TS_MS)))
-            raise PromParseError(block.first_line + at, timestamp_problem(int(ts_ms[at])), self._source)
+        lo, hi = check_block_times(block, self._source)
         # partitions first: while a round of new series (started below) holds the connection they
         # could not be created without waiting for it
         self._ensure_partitions(ts_ms, lo, hi)
@@ -562,7 +585,7 @@ class Ingestor:
             r = self.report
             at = np.flatnonzero(refused)
             r.received += len(at)
-            for line, code in zip((at + block.first_line).tolist(), block.codes[at].tolist(), strict=True):
+            for line, code in zip(block.line_numbers(at).tolist(), block.codes[at].tolist(), strict=True):
                 r.invalid[f"line {line}: {self._stream_refused[code]}"] += 1
             keep = ~refused
             idx, values, ts_ms = idx[keep], values[keep], ts_ms[keep]

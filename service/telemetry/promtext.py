@@ -242,6 +242,11 @@ class PromBlock:
     codes: np.ndarray  # int32 per line: its text's index in `texts`
     values: np.ndarray  # float64
     ts_ms: np.ndarray  # int64
+    lines: np.ndarray | None = None  # each line's number, where they are not consecutive (a block split by shard)
+
+    def line_numbers(self, rows: np.ndarray) -> np.ndarray:
+        """The 1-based line numbers of these rows of the block."""
+        return rows + self.first_line if self.lines is None else self.lines[rows]
 
     @property
     def series(self) -> list[str]:

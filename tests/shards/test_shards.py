@@ -288,8 +288,11 @@ def test_series_api_answers_across_shards_with_the_missing_pods_header(ingested:
 
 
 def _count(url: str, metric: str) -> object:
-    return _scalar(url, "SELECT count(*) FROM sample_rows r JOIN series s ON s.id = r.series_id "
-                        f"WHERE s.metric = '{metric}'")
+    """Samples of the metric stored as rows or as import blocks (an import stores a new series' samples of a
+    day as one block when there are enough of them, sharded or not)."""
+    return _scalar(url, "SELECT (SELECT count(*) FROM sample_rows r JOIN series s ON s.id = r.series_id "
+                        f"WHERE s.metric = '{metric}') + (SELECT coalesce(sum(cardinality(b.ts)), 0) "
+                        f"FROM sample_blocks b JOIN series s ON s.id = b.series_id WHERE s.metric = '{metric}')")
 
 
 def test_import_stores_each_sample_on_its_devices_shard(ingested: Cluster) -> None:
