@@ -78,6 +78,10 @@ class Settings(BaseSettings):
                                 description="largest import body (JSON endpoints take 1 MiB; service/api/limits.py)")
     trusted_proxies: str = Field(default="", description="CIDRs of reverse proxies whose X-Forwarded-For names the "
                                  "client (keys the bad-token throttle); empty: the peer is the client")
+    auth_cache_s: float = Field(default=0.0, ge=0, le=3600,
+                                description="seconds an API process trusts a token it verified without looking it "
+                                            "up again (a revoked token works that much longer); 0 (the default): "
+                                            "every request looks it up")
     api_db_threads: int = Field(default=15, ge=1, le=200,
                                 description="per API process: route calls that may use the database at once "
                                             "(the thread pool), and the connections it keeps (docs/operations.md)")

@@ -14,6 +14,13 @@ one proxy do not lock each other out; `FABRICWATCH_TRUSTED_PROXIES` names the pr
 X-Forwarded-For gives the client's address. It is per process and holds at most `MAX_KEYS` keys
 (least recently failed dropped first). Guessing a token (32 random bytes) is hopeless anyway; the
 throttle only stops a stuck client from costing a lookup per request for ever.
+
+With `FABRICWATCH_AUTH_CACHE_S` > 0 (off by default: revocation is immediate), a token found valid is trusted
+again without a lookup for that many seconds, per process: the lookup and its trip through the thread pool
+were 0.65-0.9 CPU ms per request, more than a cached alert page costs (docs/benchmarks.md, "Reads at 500
+req/s"). A revoked token then keeps working for at most that long, and `last_used_at` is written only by
+the lookups. Only valid tokens are kept (a refused one is looked up, and throttled, every time), keyed by
+the database and a digest of the whole token; the route still checks the principal's scope.
 """
 
 from __future__ import annotations
@@ -83,8 +90,38 @@ class FailureThrottle:
             self._keys.popitem(last=False)
 
 
+class TokenCache:
+    """Principals of recently verified tokens, each until its expiry; an LRU map of at most `max_keys` keys."""
+
+    def __init__(self, max_keys: int = MAX_KEYS) -> None:
+        self.max_keys = max_keys
+        self._keys: OrderedDict[tuple[str, str], tuple[float, Principal]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def clear(self) -> None:
+        self._keys.clear()
+
+    def get(self, key: tuple[str, str]) -> Principal | None:
+        hit = self._keys.get(key)
+        if hit is None:
+            return None
+        if time.monotonic() >= hit[0]:
+            self._keys.pop(key, None)
+            return None
+        return hit[1]
+
+    def put(self, key: tuple[str, str], principal: Principal, ttl_s: float) -> None:
+        self._keys.pop(key, None)
+        self._keys[key] = (time.monotonic() + ttl_s, principal)  # most recent last
+        while len(self._keys) > self.max_keys:
+            self._keys.popitem(last=False)
+
+
 # One per process (every app in it shares it, like the process's sockets).
 _failures = FailureThrottle()
+_verified = TokenCache()
 
 
 def _in(address: str, networks: Sequence[Network]) -> bool:
@@ -143,6 +180,8 @@ class Authenticate:
     def __init__(self, app: ASGIApp, settings: Settings, engine: Engine) -> None:
         self.app, self.settings, self.engine = app, settings, engine
         self.trusted = networks(settings.trusted_proxies)
+        self.cache_s = settings.auth_cache_s
+        self.database = engine.url.render_as_string(hide_password=True)  # a token is valid in its database
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -154,18 +193,24 @@ class Authenticate:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
-        peer = scope["client"][0] if scope.get("client") else "unknown"
-        try:
-            principal = await run_in_threadpool(
-                authenticate, settings=self.settings, engine=self.engine, trusted=self.trusted,
-                authorization=headers.get("authorization", ""), peer=peer,
-                forwarded_for=headers.get("x-forwarded-for"))
-        except Problem as problem:
-            await problem_response_for(problem)(scope, receive, send)
-            return
-        except OperationalError:  # the token could not be looked up: 503, as when a route meets this
-            await database_unavailable()(scope, receive, send)
-            return
+        authorization = headers.get("authorization", "")
+        token = _bearer(authorization)
+        key = (self.database, hashlib.sha256(token.encode()).hexdigest()) if token else None
+        principal = _verified.get(key) if key and self.cache_s > 0 else None
+        if principal is None:
+            peer = scope["client"][0] if scope.get("client") else "unknown"
+            try:
+                principal = await run_in_threadpool(
+                    authenticate, settings=self.settings, engine=self.engine, trusted=self.trusted,
+                    authorization=authorization, peer=peer, forwarded_for=headers.get("x-forwarded-for"))
+            except Problem as problem:
+                await problem_response_for(problem)(scope, receive, send)
+                return
+            except OperationalError:  # the token could not be looked up: 503, as when a route meets this
+                await database_unavailable()(scope, receive, send)
+                return
+            if key and self.cache_s > 0:
+                _verified.put(key, principal, self.cache_s)
         scope.setdefault("state", {})["principal"] = principal
         await self.app(scope, receive, send)
 
