@@ -194,9 +194,9 @@ class Authenticate:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
         authorization = headers.get("authorization", "")
-        token = _bearer(authorization)
+        token = _bearer(authorization) if self.cache_s > 0 else None
         key = (self.database, hashlib.sha256(token.encode()).hexdigest()) if token else None
-        principal = _verified.get(key) if key and self.cache_s > 0 else None
+        principal = _verified.get(key) if key else None
         if principal is None:
             peer = scope["client"][0] if scope.get("client") else "unknown"
             try:
@@ -209,7 +209,7 @@ class Authenticate:
             except OperationalError:  # the token could not be looked up: 503, as when a route meets this
                 await database_unavailable()(scope, receive, send)
                 return
-            if key and self.cache_s > 0:
+            if key:
                 _verified.put(key, principal, self.cache_s)
         scope.setdefault("state", {})["principal"] = principal
         await self.app(scope, receive, send)
