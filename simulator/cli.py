@@ -161,12 +161,18 @@ def _generate_into_store(scenario: Path, start: str | None, end: str | None, ste
     from simulator.store_writer import StoreDeclined, StoreError, StoreEstimate, generate_into_store
 
     try:
-        url = load_settings().database_url
+        settings = load_settings()
     except SettingsError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
+    url = settings.database_url
     if not url:
         console.print("[red]error:[/red] --store needs FABRICWATCH_DATABASE_URL (the database to write into)")
+        raise typer.Exit(2)
+    if settings.shards.urls:  # the writer fills one database: here the control one, which no reader asks for samples
+        console.print("[red]error:[/red] --store writes into one database, and telemetry shards are configured "
+                      "(FABRICWATCH_SHARDS_URLS): its samples would be on none of them; write the text output and "
+                      "`fabricwatch import` it (stored on each device's shard), nothing was written")
         raise typer.Exit(2)
     progress = Progress(TextColumn("storing"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
                         TextColumn("{task.fields[samples]:,} samples"), TimeRemainingColumn(), console=console)

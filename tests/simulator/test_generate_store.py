@@ -163,6 +163,13 @@ def test_bad_input_is_one_line_and_writes_nothing(db: Engine, db_url: str, scena
     code, output = _run("", "--scenario", str(scenario))
     assert code == 2 and "--store needs FABRICWATCH_DATABASE_URL" in output
 
+    # telemetry shards configured: the samples would land on the control database, which holds none
+    res = CliRunner().invoke(cli.app, ["generate", "--store", "--scenario", str(scenario), "--to", "1h"],
+                             env={"FABRICWATCH_DATABASE_URL": db_url,
+                                  "FABRICWATCH_SHARDS_URLS": '{"a": "postgresql://127.0.0.1:1/fw_a"}'})
+    assert res.exit_code == 2 and "telemetry shards are configured" in res.output, res.output
+    assert "fabricwatch import" in res.output and "nothing was written" in res.output
+
     # a database without the schema
     plain = make_url(db_url).set(drivername="postgresql", database="postgres").render_as_string(hide_password=False)
     name = "fw_store_no_schema"
