@@ -62,8 +62,8 @@ LEFT JOIN devices pd ON pd.id = pp.device_id
 # Per-interval counter increases from raw samples. The sample before `start` (within max_gap) is
 # read so the first interval in range is complete. NaN on either end gives no increase.
 # Rows and blocks, and the compressed chunks `_stage` decoded for the range (service/telemetry/store.py).
-_LO, _HI = "CAST(:start AS timestamptz) - make_interval(secs => :max_gap)", "CAST(:end AS timestamptz)"
-_MERGED = merged_between(_LO, _HI)
+RANGE_LO, RANGE_HI = "CAST(:start AS timestamptz) - make_interval(secs => :max_gap)", "CAST(:end AS timestamptz)"
+MERGED_SOURCE = merged_between(RANGE_LO, RANGE_HI)
 # On a shard (service/kpis/sharded.py): the control database's groups of the shard's ports come as arrays
 # (the shard holds no links, nor the far ends' devices), and only series of the pods it owns are read.
 _SHARD_MEMBERS = ("SELECT * FROM unnest(CAST(:m_port AS int[]), CAST(:m_grp AS text[]), "
@@ -83,7 +83,7 @@ SELECT series_id, ts, dt,
 FROM (
   SELECT x.series_id, x.ts, x.value AS v, s.counter_bits AS bits, s.saturating AS sat,
          lag(x.value) OVER w AS pv, extract(epoch FROM x.ts - lag(x.ts) OVER w)::float8 AS dt
-  FROM {_MERGED} x
+  FROM {MERGED_SOURCE} x
   JOIN sel s ON s.id = x.series_id
   WHERE x.ts > CAST(:start AS timestamptz) - make_interval(secs => :max_gap)
   WINDOW w AS (PARTITION BY x.series_id ORDER BY x.ts)
@@ -116,7 +116,7 @@ def pick_source(step_s: float) -> IntervalSource:
     return fitting[-1] if fitting else RAW
 
 
-def _base(metrics: Sequence[str], scope: Scope, source: IntervalSource, on_shard: bool = False) -> str:
+def base_sql(metrics: Sequence[str], scope: Scope, source: IntervalSource, on_shard: bool = False) -> str:
     members = _SHARD_MEMBERS if on_shard else _MEMBERS_SQL.format(group=_GROUP_SQL[scope])
     return f"""
 WITH members AS ({members}),
@@ -168,14 +168,14 @@ def _stage(conn: Connection, sql: str, metrics: Sequence[str], source: IntervalS
     sids = conn.execute(text("SELECT id FROM series WHERE metric = ANY(:m) AND port_id IS NOT NULL"),
                         {"m": list(metrics)}).scalars().all()
     staged = stage_chunks(conn, start - timedelta(seconds=max_gap_s), end, list(sids))
-    return sql if staged else sql.replace(_MERGED, merged_between(_LO, _HI, staged))
+    return sql if staged else sql.replace(MERGED_SOURCE, merged_between(RANGE_LO, RANGE_HI, staged))
 
 
-def _params(start: datetime, end: datetime, step_s: float, max_gap_s: float) -> dict[str, Any]:
+def sql_params(start: datetime, end: datetime, step_s: float, max_gap_s: float) -> dict[str, Any]:
     return {"start": start, "end": end, "step": float(step_s), "max_gap": float(max_gap_s)}
 
 
-# Each KPI's SQL after `_base`: its own CTEs (shared with the shards' partial aggregates, sharded.py), then
+# Each KPI's SQL after `base_sql`: its own CTEs (shared with the shards' partial aggregates, sharded.py), then
 # the final SELECT of one server.
 UTIL_METRICS = ["port_tx_bytes_total"]
 UTIL_CTE = """
@@ -188,17 +188,17 @@ def utilization(*, conn: Connection, scope: Scope, start: datetime, end: datetim
                 max_gap_s: float = 900.0) -> list[KpiPoint]:
     """Per group and bucket: mean (bytes*8 over capacity*time), peak and p95 of per-interval port utilization."""
     src = pick_source(step_s)
-    sql = _base(UTIL_METRICS, scope, src) + UTIL_CTE + """
+    sql = base_sql(UTIL_METRICS, scope, src) + UTIL_CTE + """
 SELECT grp, bucket, sum(bits) / sum(cap) AS mean, max(util) AS peak,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY util) AS p95, count(*) AS intervals
 FROM u GROUP BY grp, bucket ORDER BY grp, bucket"""
     sql = _stage(conn, sql, UTIL_METRICS, src, start, end, max_gap_s)
-    rows = conn.execute(text(sql), _params(start, end, step_s, max_gap_s)).all()
+    rows = conn.execute(text(sql), sql_params(start, end, step_s, max_gap_s)).all()
     return [KpiPoint(r.grp, r.bucket, {"utilization_mean": r.mean, "utilization_peak": r.peak,
                                        "utilization_p95": r.p95, "intervals": r.intervals}) for r in rows]
 
 
-_CONGESTION = {
+CONGESTION_RATES = {
     "port_pfc_rx_pause_frames_total": "pfc_rx_pause_frames_per_s",
     "port_pfc_tx_pause_frames_total": "pfc_tx_pause_frames_per_s",
     "port_pfc_rx_pause_seconds_total": "pfc_rx_pause_duty",
@@ -216,7 +216,7 @@ CONGESTION_CTE = """
 
 def congestion_point(rates: dict[str, float | None]) -> dict[str, float | None]:
     """A bucket's congestion values by KPI name, from metric -> rate (None: no interval of it)."""
-    return {v: rates.get(m) for m, v in _CONGESTION.items()}
+    return {v: rates.get(m) for m, v in CONGESTION_RATES.items()}
 
 
 def congestion(*, conn: Connection, scope: Scope, start: datetime, end: datetime, step_s: float,
@@ -226,12 +226,12 @@ def congestion(*, conn: Connection, scope: Scope, start: datetime, end: datetime
     Rates are per port (the group's summed increase over its port-seconds); priorities of one port add up.
     """
     src = pick_source(step_s)
-    sql = _base(list(_CONGESTION), scope, src) + CONGESTION_CTE + """
+    sql = base_sql(list(CONGESTION_RATES), scope, src) + CONGESTION_CTE + """
 SELECT grp, bucket, metric, sum(d) / sum(dt) AS rate FROM per_port GROUP BY grp, bucket, metric
 ORDER BY grp, bucket"""
     out: dict[tuple[str, datetime], dict[str, float | None]] = {}
-    sql = _stage(conn, sql, list(_CONGESTION), src, start, end, max_gap_s)
-    for r in conn.execute(text(sql), _params(start, end, step_s, max_gap_s)):
+    sql = _stage(conn, sql, list(CONGESTION_RATES), src, start, end, max_gap_s)
+    for r in conn.execute(text(sql), sql_params(start, end, step_s, max_gap_s)):
         out.setdefault((r.grp, r.bucket), {})[r.metric] = r.rate
     return [KpiPoint(g, b, congestion_point(v)) for (g, b), v in sorted(out.items())]
 
@@ -249,14 +249,14 @@ def worst_ports(*, conn: Connection, scope: Scope, start: datetime, end: datetim
                 max_gap_s: float = 900.0) -> dict[str, list[RankedPort]]:
     """The ports with the highest pause duty, pause rate, ECN and CNP rate over the whole range."""
     step = max((end - start).total_seconds(), 1.0)
-    sql = _base(list(_CONGESTION), scope, RAW) + WORST_CTE + """
+    sql = base_sql(list(CONGESTION_RATES), scope, RAW) + WORST_CTE + """
 SELECT r.metric, r.rate, m.device, m.port, m.grp FROM ranked r JOIN members m ON m.port_id = r.port_id
 WHERE rn <= :top ORDER BY r.metric, rn"""
-    params = _params(start, end, step, max_gap_s) | {"top": top}
-    out: dict[str, list[RankedPort]] = {v: [] for v in _CONGESTION.values()}
-    sql = _stage(conn, sql, list(_CONGESTION), RAW, start, end, max_gap_s)
+    params = sql_params(start, end, step, max_gap_s) | {"top": top}
+    out: dict[str, list[RankedPort]] = {v: [] for v in CONGESTION_RATES.values()}
+    sql = _stage(conn, sql, list(CONGESTION_RATES), RAW, start, end, max_gap_s)
     for r in conn.execute(text(sql), params):
-        out[_CONGESTION[r.metric]].append(RankedPort(r.device, r.port, r.grp or "", r.rate))
+        out[CONGESTION_RATES[r.metric]].append(RankedPort(r.device, r.port, r.grp or "", r.rate))
     return out
 
 
@@ -278,11 +278,11 @@ def availability(*, conn: Connection, scope: Scope, start: datetime, end: dateti
     An interval (previous sample, sample] counts as up when the sample at its end reads up.
     """
     src = pick_source(step_s)
-    sql = _base(AVAIL_METRICS, scope, src) + AVAIL_CTE + f"""
+    sql = base_sql(AVAIL_METRICS, scope, src) + AVAIL_CTE + f"""
 SELECT grp, bucket, up_s / NULLIF(seen_s, 0) AS up, flaps
 FROM (SELECT grp, bucket, {AVAIL_SUMS} FROM x GROUP BY grp, bucket) a ORDER BY grp, bucket"""
     sql = _stage(conn, sql, AVAIL_METRICS, src, start, end, max_gap_s)
-    rows = conn.execute(text(sql), _params(start, end, step_s, max_gap_s)).all()
+    rows = conn.execute(text(sql), sql_params(start, end, step_s, max_gap_s)).all()
     return [KpiPoint(r.grp, r.bucket, {"availability": r.up, "flaps": r.flaps}) for r in rows]
 
 
@@ -322,7 +322,7 @@ def fabric_kpis(*, conn: Connection, scope: Scope, start: datetime, end: datetim
         availability=availability(step_s=step_s, **kw), worst_ports=worst_ports(top=top, **kw))
 
 
-KPI_METRICS = [*UTIL_METRICS, *_CONGESTION, *AVAIL_METRICS]
+KPI_METRICS = [*UTIL_METRICS, *CONGESTION_RATES, *AVAIL_METRICS]
 
 
 # --- fault recovery times ----------------------------------------------------------------------

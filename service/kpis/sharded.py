@@ -28,15 +28,15 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, text
 
 from service.kpis.service import (
-    _CONGESTION,
-    _HI,
-    _LO,
-    _MERGED,
     AVAIL_CTE,
     AVAIL_METRICS,
     AVAIL_SUMS,
     CONGESTION_CTE,
+    CONGESTION_RATES,
     KPI_METRICS,
+    MERGED_SOURCE,
+    RANGE_HI,
+    RANGE_LO,
     RAW,
     UTIL_CTE,
     UTIL_METRICS,
@@ -45,11 +45,11 @@ from service.kpis.service import (
     KpiReport,
     RankedPort,
     Scope,
-    _base,
-    _params,
+    base_sql,
     congestion_point,
     group_labels,
     members,
+    sql_params,
 )
 from service.shards.topology import Topology
 from service.telemetry.store import merged_between, stage_chunks
@@ -74,29 +74,29 @@ def util_sql() -> str:
     """The shard's per-interval utilization into its session's UTIL_TABLE (then summed, and asked for the
     p95's top values)."""
     return (f"INSERT INTO {UTIL_TABLE} (grp, bucket, bits, cap, util) "
-            + _base(UTIL_METRICS, Scope.FABRIC, RAW, on_shard=True) + UTIL_CTE
+            + base_sql(UTIL_METRICS, Scope.FABRIC, RAW, on_shard=True) + UTIL_CTE
             + "\nSELECT grp, bucket, bits, cap, util FROM u")
 
 
 def congestion_sql() -> str:
-    return (_base(list(_CONGESTION), Scope.FABRIC, RAW, on_shard=True) + CONGESTION_CTE
+    return (base_sql(list(CONGESTION_RATES), Scope.FABRIC, RAW, on_shard=True) + CONGESTION_CTE
             + "\nSELECT grp, bucket, metric, sum(d) AS d, sum(dt) AS dt FROM per_port GROUP BY grp, bucket, metric")
 
 
 def availability_sql() -> str:
-    return (_base(AVAIL_METRICS, Scope.FABRIC, RAW, on_shard=True) + AVAIL_CTE
+    return (base_sql(AVAIL_METRICS, Scope.FABRIC, RAW, on_shard=True) + AVAIL_CTE
             + f"\nSELECT grp, bucket, {AVAIL_SUMS} FROM x GROUP BY grp, bucket")
 
 
 def worst_sql() -> str:
     """Per metric the shard's `top` worst ports: the fleet's `top` are among the shards' (a port is on one)."""
-    return (_base(list(_CONGESTION), Scope.FABRIC, RAW, on_shard=True) + WORST_CTE
+    return (base_sql(list(CONGESTION_RATES), Scope.FABRIC, RAW, on_shard=True) + WORST_CTE
             + "\nSELECT metric, port_id, rate FROM ranked WHERE rn <= :top")
 
 
 def _staged(sql: str, staged: int) -> str:
     """As service._stage: rows and blocks alone when no chunk of the range was decoded."""
-    return sql if staged else sql.replace(_MERGED, merged_between(_LO, _HI, staged))
+    return sql if staged else sql.replace(MERGED_SOURCE, merged_between(RANGE_LO, RANGE_HI, staged))
 
 
 @dataclass
@@ -112,7 +112,7 @@ class ShardParts:
 def shard_params(pods: list[str], ports: list[Any], start: datetime, end: datetime, step_s: float,
                  max_gap_s: float) -> dict[str, Any]:
     """The bind parameters of the shard SQL: its pods, its ports' groups (`members` rows), the range."""
-    return _params(start, end, step_s, max_gap_s) | {
+    return sql_params(start, end, step_s, max_gap_s) | {
         "pods": pods, "m_port": [m.port_id for m in ports], "m_grp": [m.grp for m in ports],
         "m_speed": [None if m.speed_bps is None else float(m.speed_bps) for m in ports]}
 
@@ -212,10 +212,11 @@ def merge(parts: list[ShardParts], tops: list[list[Any]], labels: dict[str, str]
     for p in parts:
         for r in p.worst:
             ranked[r.metric].append((r.rate, r.port_id))
-    worst: dict[str, list[RankedPort]] = {v: [] for v in _CONGESTION.values()}
+    worst: dict[str, list[RankedPort]] = {v: [] for v in CONGESTION_RATES.values()}
     for metric, rows in ranked.items():
         for rate, port_id in sorted(rows, key=lambda x: (-x[0], x[1]))[:top]:
-            worst[_CONGESTION[metric]] += [RankedPort(m.device, m.port, m.grp or "", rate) for m in by_port[port_id]]
+            name = CONGESTION_RATES[metric]
+            worst[name] += [RankedPort(m.device, m.port, m.grp or "", rate) for m in by_port[port_id]]
     return utilization, congestion, availability, worst
 
 

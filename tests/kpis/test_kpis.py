@@ -136,13 +136,13 @@ def test_utilization_matches_hand_computation(fabric: Engine, scope: Scope) -> N
 
 @pytest.mark.parametrize("scope", [Scope.LEAF, Scope.POD, Scope.FABRIC])
 def test_congestion_matches_hand_computation(fabric: Engine, scope: Scope) -> None:
-    from service.kpis.service import _CONGESTION
+    from service.kpis.service import CONGESTION_RATES
 
     a, b, step = RANGES[1]
     with fabric.connect() as conn:
         members = _members(conn, scope)
         per_port: dict = defaultdict(lambda: [0.0, 0.0])  # (group, bucket, metric, port, ts) -> [dt, sum d]
-        for metric, pid, ts, dt, inc, _v in _intervals(conn, list(_CONGESTION), a, b):
+        for metric, pid, ts, dt, inc, _v in _intervals(conn, list(CONGESTION_RATES), a, b):
             g = members[pid][0]
             if inc is None or g is None:
                 continue
@@ -151,8 +151,8 @@ def test_congestion_matches_hand_computation(fabric: Engine, scope: Scope) -> No
             x[1] += inc
         agg: dict = defaultdict(lambda: [0.0, 0.0])
         for (g, bk, metric, _pid, _ts), (dt, d) in per_port.items():
-            agg[(g, bk, _CONGESTION[metric])][0] += d
-            agg[(g, bk, _CONGESTION[metric])][1] += dt
+            agg[(g, bk, CONGESTION_RATES[metric])][0] += d
+            agg[(g, bk, CONGESTION_RATES[metric])][1] += dt
         got = congestion(conn=conn, scope=scope, start=datetime.fromtimestamp(a, UTC),
                          end=datetime.fromtimestamp(b, UTC), step_s=step)
     n = 0
