@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 from service.db import get_engine
 from service.inventory.models import Device, Pod, Port
 from service.migrate import upgrade
+from service.shards import fleet
 from service.shards.topology import ShardSettings, Topology
 from tests.shards.pg_cluster import PgServer, available
 
@@ -72,3 +73,11 @@ def cluster() -> Iterator[Cluster]:
                 get_engine(s.url(db)).dispose()
         for s in servers:
             s.remove()
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> Iterator[None]:
+    """Each test finds the shards up or down for itself: no answer cached from the test before."""
+    fleet.recheck_now()
+    yield
+    fleet.recheck_now()

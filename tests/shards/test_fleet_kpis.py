@@ -19,7 +19,6 @@ from service.db import get_engine
 from service.kpis import sharded
 from service.kpis.service import KpiReport, Scope, fabric_kpis, members
 from service.migrate import upgrade
-from service.shards import fleet
 from service.shards.ingest import ingest_samples
 from service.shards.setup import apply
 from service.shards.topology import ShardSettings, Topology
@@ -115,13 +114,6 @@ def pair(cluster: Cluster) -> Iterator[Pair]:
         _compress(url)
     yield Pair(cluster, single_url)
     single.dispose()
-
-
-@pytest.fixture(autouse=True)
-def _fresh() -> Iterator[None]:
-    fleet.recheck_now()
-    yield
-    fleet.recheck_now()
 
 
 def _kpis(pair: Pair, sharded_: bool, scope: Scope, step_s: float) -> KpiReport:

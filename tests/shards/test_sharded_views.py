@@ -106,13 +106,6 @@ def pair(cluster: Cluster) -> Iterator[Pair]:
     single.dispose()
 
 
-@pytest.fixture(autouse=True)
-def _fresh() -> Iterator[None]:
-    fleet.recheck_now()
-    yield
-    fleet.recheck_now()
-
-
 def _device(client: TestClient, name: str) -> Any:
     r = client.get(f"/api/v1/devices/{name}")
     assert r.status_code == 200, r.text
