@@ -6,7 +6,8 @@ whichever process. A list request reads the version (one indexed row), and:
 
 - answers 304 Not Modified when the client's If-None-Match holds the ETag of this version and query;
 - else serves the page this process rendered for the same version and query, if it has it;
-- else renders it, in the same REPEATABLE READ snapshot as the version it read, so a page is always
+- else renders it (on the thread pool: the two cases above are answered on the event loop, the version
+  read on an async connection), in the same REPEATABLE READ snapshot as the version it read, so a page is always
   exactly the alerts of its version: two processes give the same bytes under the same ETag, and a page
   can never be older than its version (an ack commits its alert and the new version together).
 
@@ -28,6 +29,7 @@ from cachetools import LRUCache
 from sqlalchemy import Connection, text
 
 from service.alerts.schemas import AlertPage
+from service.db import AsyncReads
 
 # Part of every ETag: a release that renders pages differently never answers 304 to an old page.
 _FORMAT = hashlib.blake2b(json.dumps(AlertPage.model_json_schema(), sort_keys=True).encode(),
@@ -42,8 +44,17 @@ class Version:
     n: int
 
 
+_VERSION = "SELECT epoch, n FROM alerts_version WHERE id = 1"
+
+
 def read_version(conn: Connection) -> Version | None:
-    row = conn.execute(text("SELECT epoch, n FROM alerts_version WHERE id = 1")).first()
+    row = conn.execute(text(_VERSION)).first()
+    return Version(row[0], row[1]) if row else None
+
+
+async def read_version_async(reads: AsyncReads) -> Version | None:
+    """The same read from an async route: a cached page or its 304 needs no thread (views.list_alerts)."""
+    row = await reads.fetchone(_VERSION)
     return Version(row[0], row[1]) if row else None
 
 

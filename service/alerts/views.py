@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Annotated, Literal
 
+import psycopg
 from fastapi import APIRouter, Query, Request, Response
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
+from starlette.concurrency import run_in_threadpool
 
 from service.alerts import listcache, service
 from service.alerts.schemas import (
@@ -24,7 +27,7 @@ from service.alerts.schemas import (
     SilenceUpdate,
 )
 from service.api.auth import OperateScope, ReadScope
-from service.api.deps import EngineDep
+from service.api.deps import AsyncReadsDep, EngineDep
 from service.api.problems import Problem
 from service.db import read_retrying
 from service.detection.findings import Cause, Severity
@@ -50,40 +53,30 @@ def _not_found(what: str, ident: int) -> Problem:
 
 @router.get("/alerts", response_model=AlertPage, summary="Alerts, newest first; keyset-paginated",
             responses={304: {"description": "Not Modified: the If-None-Match ETag is still current"}})
-def list_alerts(request: Request, engine: EngineDep, _: ReadScope,
-                state: Annotated[list[AlertState] | None, Query()] = None,
-                severity: Annotated[list[Severity] | None, Query()] = None, kind: Multi = None,
-                device: Multi = None, pod: Multi = None, cause: Annotated[list[Cause] | None, Query()] = None,
-                sort: Sort = "-created",
-                limit: Annotated[int, Query(ge=1, le=500)] = 100, cursor: str | None = None) -> Response:
+async def list_alerts(request: Request, engine: EngineDep, reads: AsyncReadsDep, _: ReadScope,
+                      state: Annotated[list[AlertState] | None, Query()] = None,
+                      severity: Annotated[list[Severity] | None, Query()] = None, kind: Multi = None,
+                      device: Multi = None, pod: Multi = None, cause: Annotated[list[Cause] | None, Query()] = None,
+                      sort: Sort = "-created",
+                      limit: Annotated[int, Query(ge=1, le=500)] = 100, cursor: str | None = None) -> Response:
     """Sends an ETag that changes whenever any alert does (a cycle, an ack): `If-None-Match` with it
     gets 304 and no body while nothing changed (service/alerts/listcache.py)."""
     filters = {"state": _sorted(state), "severity": _sorted(_values(severity)), "kind": _sorted(kind),
                "device": _sorted(device), "pod": _sorted(pod), "cause": _sorted(_values(cause))}
     key = (*filters.values(), sort, limit, cursor)
-    # A page held for this query needs only the version to be served: one statement, no transaction (no BEGIN
-    # and ROLLBACK round trips). A query this process never rendered (or not since the version moved) skips it.
-    def read(conn: Connection) -> tuple[bytes, listcache.Version | None]:
-        body = version = None
-        if listcache.PAGES.has(key):
-            version = listcache.read_version(conn)
-            body = listcache.PAGES.get(version, key) if version else None
-        if body is None:
-            conn.commit()  # ends nothing on the server (autocommit); lets the connection change its isolation
-            conn.execution_options(isolation_level="REPEATABLE READ")
-            # One snapshot for the version and the page: the page is exactly the alerts of that version.
-            version = listcache.read_version(conn)
-            try:
-                items, nxt = service.list_alerts(conn=conn, **{k: list(v) if v else None for k, v in filters.items()},
-                                                 sort=sort, limit=limit, cursor=cursor)
-            except ValueError as exc:
-                raise Problem(400, "Bad parameter", str(exc)) from None
-            body = AlertPage(items=[AlertRead(**r) for r in items], next_cursor=nxt).model_dump_json().encode()
-            if version:
-                listcache.PAGES.put(version, key, body)
-        return body, version
-
-    body, version = read_retrying(engine, read)
+    body: bytes | None = None
+    version: listcache.Version | None = None
+    # A page held for this query needs only the version to be served: one statement on an async connection,
+    # answered here on the event loop (no thread hop). A query this process never rendered (or not since the
+    # version moved) skips it; so does a version read that failed twice (the sync path retries and answers 503).
+    if listcache.PAGES.has(key):
+        try:
+            version = await listcache.read_version_async(reads)
+        except psycopg.Error:
+            version = None
+        body = listcache.PAGES.get(version, key) if version else None
+    if body is None:
+        body, version = await run_in_threadpool(_render, engine, filters, key, sort, limit, cursor)
     if version is None:
         return Response(body, media_type="application/json")
     tag = listcache.etag(version, key)
@@ -91,6 +84,26 @@ def list_alerts(request: Request, engine: EngineDep, _: ReadScope,
     if listcache.matches(request.headers.get("if-none-match"), tag):
         return Response(status_code=304, headers=headers)
     return Response(body, media_type="application/json", headers=headers)
+
+
+def _render(engine: Engine, filters: dict[str, tuple[str, ...] | None], key: Hashable, sort: Sort, limit: int,
+            cursor: str | None) -> tuple[bytes, listcache.Version | None]:
+    """A page not held: rendered (and kept) on the thread pool, in one snapshot with the version it is of."""
+    def read(conn: Connection) -> tuple[bytes, listcache.Version | None]:
+        conn.execution_options(isolation_level="REPEATABLE READ")
+        # One snapshot for the version and the page: the page is exactly the alerts of that version.
+        version = listcache.read_version(conn)
+        try:
+            items, nxt = service.list_alerts(conn=conn, **{k: list(v) if v else None for k, v in filters.items()},
+                                             sort=sort, limit=limit, cursor=cursor)
+        except ValueError as exc:
+            raise Problem(400, "Bad parameter", str(exc)) from None
+        body = AlertPage(items=[AlertRead(**r) for r in items], next_cursor=nxt).model_dump_json().encode()
+        if version:
+            listcache.PAGES.put(version, key, body)
+        return body, version
+
+    return read_retrying(engine, read)
 
 
 @router.get("/alerts/{alert_id}", response_model=AlertDetail, summary="One alert with its history")

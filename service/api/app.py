@@ -17,7 +17,7 @@ from service.api.limits import BodyLimit
 from service.api.timing import RequestTiming
 from service.auth import views as auth_views
 from service.config import Settings, get_settings
-from service.db import get_engine
+from service.db import AsyncReads, get_engine
 from service.drains import views as drain_views
 from service.fleet import views as fleet_views
 from service.incidents import views as incident_views
@@ -48,6 +48,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     # the backlog: docs/benchmarks.md). The threads over the pool's size only waited for a connection.
     anyio.to_thread.current_default_thread_limiter().total_tokens = app.state.settings.api_db_threads
     yield
+    await app.state.async_reads.aclose()
     await events.hub_for(app).aclose()  # open SSE streams must not hold the server's exit
 
 
@@ -66,6 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                          telemetry={"tracing": False, "metrics": False, "logs": False})
     app.state.settings = settings
     app.state.engine = get_engine(settings.database_url, pool_size=settings.api_db_threads)
+    app.state.async_reads = AsyncReads(settings.database_url)  # reads answered on the event loop (cached alert pages)
     TARGET_COVERAGE.engine = app.state.engine   # /metrics reads the targets' coverage from this database
     HEALTH.engine = app.state.engine            # and the alerts and receivers
     HEALTH.topology = fleet_topology(app.state.engine, settings)  # sharded: the shards' detector states

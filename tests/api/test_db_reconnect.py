@@ -1,6 +1,7 @@
 """Reads survive PostgreSQL ending the API's connections: the pool does not ping on checkout (a round trip
 per request), so a connection ended by the server is found at checkout by its socket (the server's FATAL
-and close), and a read whose connection dies after that is run again on a new one (service/db.py)."""
+and close), and a read whose connection dies after that is run again on a new one (service/db.py). The same holds for
+the async connections that read a cached alert page's version (`AsyncReads`)."""
 
 from __future__ import annotations
 
@@ -83,6 +84,7 @@ def test_a_read_whose_connection_dies_after_checkout_runs_again(client: TestClie
                                                                 db_url: str) -> None:
     before = _reads(client)
     engine = client.app.state.engine  # type: ignore[attr-defined]
+    reads = client.app.state.async_reads  # type: ignore[attr-defined]
     checkouts: list[int] = []
     killed: list[int] = []
 
@@ -97,8 +99,17 @@ def test_a_read_whose_connection_dies_after_checkout_runs_again(client: TestClie
     event.listen(engine, "checkout", kill_once)
     try:
         assert client.get("/api/v1/series", params=SERIES).json() == before[0]
+        # The alert page is cached since `_reads`: its version is read on the async connections, not the pool's.
+        assert client.get("/api/v1/alerts", params={"device": "h-000"}).json() == before[1]
+        assert len(killed) == 1 and len(checkouts) == 2  # the series read ran again on a connection of its own
+        assert not set(killed) & set(checkouts[1::2])
+        # The async connection dies the same way: idle and alive, then ended before the request's statement.
+        idle = [c.info.backend_pid for c in reads.idle]
+        assert len(idle) == 1
+        _terminate(admin, db_url, idle[0])
         assert client.get("/api/v1/alerts", params={"device": "h-000"}).json() == before[1]
     finally:
         event.remove(engine, "checkout", kill_once)
-    assert len(killed) == 2 and len(checkouts) == 4  # each request ran again on a connection of its own
-    assert not set(killed) & set(checkouts[1::2])
+    # It ran again on a new async connection, on the event loop: not through the sync path's pool.
+    assert len(checkouts) == 2
+    assert [c.info.backend_pid for c in reads.idle] != idle and len(reads.idle) == 1
