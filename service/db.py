@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import select
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import psycopg
-from sqlalchemy import Connection, Engine, create_engine, event, exc, make_url
+from sqlalchemy import Connection, Engine, Row, create_engine, event, exc, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
 T = TypeVar("T")
@@ -86,57 +87,54 @@ def read_retrying(engine: Engine, read: Callable[[Connection], T]) -> T:
 
 
 class AsyncReads:
-    """A few autocommit psycopg `AsyncConnection`s for one-statement reads in `async def` routes: no trip
-    through the thread pool (about 180 us of CPU a request, docs/benchmarks.md "Reads at 500 req/s").
+    """One-statement reads for `async def` routes on SQLAlchemy's asyncio engine (psycopg 3's
+    `AsyncConnection`): no trip through the thread pool (about 180 us of CPU a request, docs/benchmarks.md
+    "Reads at 500 req/s").
 
-    At most `size` connections, opened as reads need them and kept; a read waits for one while `size` reads
-    are on the server (a burst never opens more backends). A read whose connection the server ended (a
-    restart, pg_terminate_backend) runs once more on a new connection, and the idle ones are dropped: a restart
-    ended them all. Connections belong to the event loop that opened them: a read on another loop (a test
-    client without its lifespan starts one per request) drops them."""
+    At most `size` autocommit connections (no overflow), opened as reads need them and kept; a read waits up
+    to `wait_s` for one while `size` reads are on the server (a burst never opens more backends), then fails.
+    A read whose connection the server ended (a restart, pg_terminate_backend) runs once more: SQLAlchemy
+    invalidates that connection and every one opened before it (a restart ended them all), so the second try
+    gets a new one. An engine belongs to the event loop that opened its connections: a read on another loop (a
+    test client without its lifespan starts one per request) closes them and starts a new engine. Backends
+    are named `APP_NAME` (pg_stat_activity) unless the URL names them."""
 
-    def __init__(self, url: str, *, size: int = 4) -> None:
-        self.conninfo = make_url(normalize_url(url)).set(drivername="postgresql").render_as_string(
-            hide_password=False)
-        self.size = size
-        self._idle: list[psycopg.AsyncConnection[Any]] = []
+    APP_NAME = "fabricwatch-api-async"
+
+    def __init__(self, url: str, *, size: int = 4, wait_s: float = 10.0) -> None:
+        self.url = make_url(normalize_url(url))
+        self.size, self.wait_s = size, wait_s
+        self._engine: AsyncEngine | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._slots: asyncio.Semaphore | None = None
 
-    @property
-    def idle(self) -> list[psycopg.AsyncConnection[Any]]:
-        return list(self._idle)
-
-    async def fetchone(self, query: str, params: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop or self._slots is None:
-            await self.aclose()
-            self._loop, self._slots = loop, asyncio.Semaphore(self.size)
-        async with self._slots:
-            for attempt in (1, 2):
-                conn = self._idle.pop() if self._idle else await psycopg.AsyncConnection.connect(
-                    self.conninfo, autocommit=True)
-                try:
-                    cur = await conn.execute(query, params)
-                    row = await cur.fetchone()
-                except psycopg.Error:
-                    broken = conn.broken  # ended by the server, not by us
-                    await conn.close()
-                    if attempt == 2 or not broken:
-                        raise
-                    await self.aclose()  # ended under it: so were the others
-                    continue
-                except BaseException:  # cancelled mid-statement: the connection's state is unknown
-                    await conn.close()
+    async def fetchone(self, query: str, params: Mapping[str, Any] | None = None) -> Row[Any] | None:
+        """The first row of `query` (SQL with psycopg's `%(name)s` placeholders), or None."""
+        engine = await self._engine_for(asyncio.get_running_loop())
+        for attempt in (1, 2):
+            try:
+                async with engine.connect() as conn:
+                    return (await conn.exec_driver_sql(query, params or {})).first()
+            except exc.DBAPIError as e:
+                if attempt == 2 or not e.connection_invalidated:
                     raise
-                self._idle.append(conn)
-                return row
         raise AssertionError("unreachable")
 
+    async def _engine_for(self, loop: asyncio.AbstractEventLoop) -> AsyncEngine:
+        if self._engine is None or loop is not self._loop:
+            await self.aclose()
+            connect_args = {} if "application_name" in self.url.query else {"application_name": self.APP_NAME}
+            # AUTOCOMMIT: a read is one statement, with no BEGIN or ROLLBACK round trips; nothing to reset.
+            self._engine = create_async_engine(self.url, pool_size=self.size, max_overflow=0,
+                                               pool_timeout=self.wait_s, isolation_level="AUTOCOMMIT",
+                                               pool_reset_on_return=None, connect_args=connect_args)
+            self._loop = loop
+        return self._engine
+
     async def aclose(self) -> None:
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            await conn.close()
+        """Close the idle connections (a read still running closes its own as it ends)."""
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            await engine.dispose()
 
 
 def forget_engines_after_fork() -> None:

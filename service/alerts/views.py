@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Hashable
 from typing import Annotated, Literal
 
-import psycopg
 from fastapi import APIRouter, Query, Request, Response
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, exc
 from starlette.concurrency import run_in_threadpool
 
 from service.alerts import listcache, service
@@ -33,6 +33,7 @@ from service.db import read_retrying
 from service.detection.findings import Cause, Severity
 
 router = APIRouter(prefix="/api/v1", tags=["alerts"])
+log = logging.getLogger(__name__)
 
 Multi = Annotated[list[str] | None, Query()]
 Sort = Literal["-created", "created", "-updated", "updated", "-opened", "opened"]
@@ -72,7 +73,9 @@ async def list_alerts(request: Request, engine: EngineDep, reads: AsyncReadsDep,
     if listcache.PAGES.has(key):
         try:
             version = await listcache.read_version_async(reads)
-        except psycopg.Error:
+        except exc.SQLAlchemyError as e:  # failed twice, or no connection came free in time
+            log.warning("alert list: the version read on the event loop failed (%s); answering through the "
+                        "thread pool", e)
             version = None
         body = listcache.PAGES.get(version, key) if version else None
     if body is None:

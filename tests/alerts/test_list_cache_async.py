@@ -1,11 +1,12 @@
 """The cached alert page and its 304 are answered on the event loop: the version is read on an async
-connection (`AsyncReads`), and only a page this process does not hold goes to the thread pool and the
-engine's pool (service/alerts/views.py). Counted here by the engine's checkouts: a request answered on the
-event loop takes none."""
+connection (`AsyncReads`: SQLAlchemy's asyncio engine), and only a page this process does not hold goes to
+the thread pool and the engine's pool (service/alerts/views.py). Counted here by the engine's checkouts: a
+request answered on the event loop takes none."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -97,17 +98,21 @@ def test_no_version_row_means_no_etag_on_either_path(client: TestClient, db: Eng
 
 
 def test_an_unreachable_async_connection_falls_back_to_the_sync_path(client: TestClient, db: Engine,
-                                                                     checkouts: list[int]) -> None:
+                                                                     checkouts: list[int],
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
     open_alerts(db, 2)
     checkouts.clear()
     first = _get(client)
     tag = first.headers["etag"]
-    reads = client.app.state.async_reads  # type: ignore[attr-defined]
-    reads.conninfo = "postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=2"  # nothing listens there
-    client.portal.call(reads.aclose)  # type: ignore[union-attr]
-    assert _get(client, tag).status_code == 304 and len(checkouts) == 2
-    r = _get(client)
+    # Nothing listens there: every async read fails, and each request says so once, then answers as before.
+    client.app.state.async_reads = AsyncReads("postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=2")  # type: ignore[attr-defined]
+    with caplog.at_level(logging.WARNING, logger="service.alerts.views"):
+        assert _get(client, tag).status_code == 304 and len(checkouts) == 2
+        r = _get(client)
     assert r.status_code == 200 and r.content == first.content and len(checkouts) == 3
+    falls = [rec for rec in caplog.records if rec.name == "service.alerts.views"]
+    assert len(falls) == 2 and all(rec.levelno == logging.WARNING for rec in falls)
+    assert "answering through the thread pool" in falls[0].getMessage() and "127.0.0.1" in falls[0].getMessage()
 
 
 def test_auth_and_scope_still_come_first_on_a_cached_page(db: Engine, db_url: str) -> None:
