@@ -33,7 +33,7 @@ from service.detection.state import (
     fec_limit_for,
     thresholds_arrays,
 )
-from service.detection.store import load_models, load_state, save_models, save_state
+from service.detection.store import StateCache, held_states, load_models, save_models
 from service.telemetry import store as sample_store
 
 _FABRIC_SQL = """
@@ -233,23 +233,27 @@ def _json_default(o: object) -> object:
     return str(o)
 
 
-def detect_at(engine: Engine, at_ms: int, *, name: str = "default", config: Config | None = None) -> list[Finding]:
+def detect_at(engine: Engine, at_ms: int, *, name: str = "default", config: Config | None = None,
+              states: StateCache | None = None) -> list[Finding]:
     """One live cycle at data time `at_ms`: read new samples, observe, evaluate, persist state and models."""
     with engine.begin() as conn:
-        return detect_in(conn, at_ms, name=name, config=config)
+        return detect_in(conn, at_ms, name=name, config=config, states=states)
 
 
 def detect_in(conn: Connection, at_ms: int, *, name: str = "default", config: Config | None = None,
-              fabric: Fabric | None = None, more: ObserveMore | None = None, save: bool = True) -> list[Finding]:
+              fabric: Fabric | None = None, more: ObserveMore | None = None, save: bool = True,
+              states: StateCache | None = None) -> list[Finding]:
     """detect_at in the caller's transaction: the pipeline commits state, findings and alerts together,
     so a cycle that fails after detection keeps nothing and the next one re-reads its samples.
     A shard's cycle (service/shards/detection.py) gives the `fabric` (its part of the control database's
     inventory), observes its far link ends' samples with `more`, and stores the findings itself (`save`
-    False: on the control database)."""
+    False: on the control database). The state stays in this process between cycles (`states`, default the
+    process's own: store.StateCache) and is read from the database only when another process wrote it since."""
+    states = held_states if states is None else states
     conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('fabricwatch-detect:' || :n))"), {"n": name})
     if fabric is None:
         fabric = load_fabric(conn)
-    st = load_state(conn, name, fabric, config)
+    st = states.take(conn, name, fabric, config)
     if st is None:
         st = FeatureState(fabric, config)
     if st.last_cycle_ms is not None and at_ms <= st.last_cycle_ms:
@@ -259,7 +263,7 @@ def detect_in(conn: Connection, at_ms: int, *, name: str = "default", config: Co
     eng = DetectionEngine(load_models(conn))
     findings, _ = _advance(conn, eng, st, sx, at_ms, more=more)
     save_models(conn, eng.models)
-    save_state(conn, name, st)
+    states.save(conn, name, st)
     if save:
         save_findings(conn, findings)
     return findings

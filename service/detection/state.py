@@ -112,6 +112,21 @@ class Fabric:
     def port_label(self, p: int) -> str:
         return f"{self.dev_names[self.dev[p]]}:{self.port_names[p]}"
 
+    def same_as(self, other: Fabric) -> bool:
+        """Every given field equal (NaN equal to NaN): a state over one of them is a state over the other."""
+        if self is other:
+            return True
+        for f in ("port_ids", "dev", "peer", "n_lanes", "speed_bps", "cohort", "fec_limit", "copper"):
+            a, b = getattr(self, f), getattr(other, f)
+            if a.shape != b.shape or not np.array_equal(a, b, equal_nan=a.dtype.kind == "f"):
+                return False
+        if (self.port_names, self.dev_names, self.dev_roles, self.cohort_names, self.gpu_port) != \
+                (other.port_names, other.dev_names, other.dev_roles, other.cohort_names, other.gpu_port):
+            return False
+        return self.th.keys() == other.th.keys() and all(
+            self.th[k].shape == other.th[k].shape and np.array_equal(self.th[k], other.th[k], equal_nan=True)
+            for k in self.th)
+
 
 def thresholds_arrays(rows: list[dict[str, Any] | None]) -> dict[str, np.ndarray]:
     """Module thresholds (schemas.Thresholds dicts) as arrays keyed like 'rx_lw'."""
@@ -925,6 +940,15 @@ class FeatureState:
         for k, v in self.lane_trend.items():
             a[f"lt|{k}"] = v
         return a
+
+    def as_saved(self) -> None:
+        """Forget what is not saved (this cycle's per-metric results, the rows since the reservoir's last trim), so
+        that a state kept in memory after its save goes on exactly as the one `from_bytes` reads back would
+        (service/detection/store.py, StateCache)."""
+        self.reservoir_flush()
+        self.fresh_m = {m: np.zeros(0, bool) for m in AXIS}
+        self.polls_m, self.nz_m = {}, {}
+        self.reservoir_pending = 0
 
     def to_bytes(self) -> bytes:
         self.reservoir_flush()

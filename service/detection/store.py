@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,12 +43,73 @@ def load_coverage(conn: Connection, name: str = "default") -> dict[int, dict[str
         return coverage_map(z["port_ids"], blocked, degraded)
 
 
-def save_state(conn: Connection, name: str, st: FeatureState) -> None:
-    conn.execute(text(
+# The version of a stored state: its row's xmin (the transaction that wrote it: any write, by any client, changes
+# it) with its saved_at (a write's time, so that an xid used again after a wraparound or a point-in-time restore
+# is not taken for the old one) and its cycle columns.
+Version = tuple[str, datetime, int | None, int]
+_VERSION = "xmin::text, saved_at, last_cycle_ms, watermark_ms"
+
+
+def save_state(conn: Connection, name: str, st: FeatureState) -> Version:
+    """Write the whole state; returns the row's version as this transaction wrote it."""
+    row = conn.execute(text(
         "INSERT INTO detector_state (name, watermark_ms, last_cycle_ms, ports, saved_at, blob) "
         "VALUES (:n, :w, :c, :p, now(), :b) ON CONFLICT (name) DO UPDATE SET watermark_ms = excluded.watermark_ms, "
-        "last_cycle_ms = excluded.last_cycle_ms, ports = excluded.ports, saved_at = now(), blob = excluded.blob"),
-        {"n": name, "w": st.watermark_ms or 0, "c": st.last_cycle_ms, "p": st.fabric.P, "b": st.to_bytes()})
+        "last_cycle_ms = excluded.last_cycle_ms, ports = excluded.ports, saved_at = now(), blob = excluded.blob "
+        f"RETURNING {_VERSION}"),
+        {"n": name, "w": st.watermark_ms or 0, "c": st.last_cycle_ms, "p": st.fabric.P, "b": st.to_bytes()}).one()
+    return (row[0], row[1], row[2], row[3])
+
+
+class StateCache:
+    """A process's detector states between its cycles, so that a cycle reads the stored state only when another
+    process wrote it since (a second worker, a restarted one, a pod move or `_drop_detection`: service/shards/
+    rebalance.py) or this process's own save did not commit.
+
+    `take` hands the state over (it is no longer held: a cycle that fails leaves nothing here, and the next one
+    reads the stored state); `save` writes it and holds it with the version its write gave the row. The next
+    `take` uses it only if the row still has that version, read in the taker's transaction, after the cycle's
+    lock: a save whose transaction rolled back, or any later write, gives another version. The stored state
+    stays the whole truth: a held one is only ever a copy of a committed row."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, str], tuple[Version, FeatureState]] = {}
+        self._lock = threading.Lock()
+        self.loads = 0  # states read from the database (for tests and bench/detection_scale.py)
+
+    @staticmethod
+    def _key(conn: Connection, name: str) -> tuple[str, str]:
+        return conn.engine.url.render_as_string(hide_password=True), name
+
+    def take(self, conn: Connection, name: str, fabric: Fabric, config: Config | None = None) -> FeatureState | None:
+        """The stored state of `name` over `fabric` (None if there is none), from memory when it is current."""
+        with self._lock:
+            held = self._held.pop(self._key(conn, name), None)
+        row = conn.execute(text(f"SELECT {_VERSION} FROM detector_state WHERE name = :n"), {"n": name}).first()
+        if row is None:
+            return None
+        if held is not None:
+            version, st = held
+            # another fabric (an inventory change, a pod moved) or Config: read back, mapped by port id
+            if version == tuple(row) and st.cfg == (config or Config()) and st.fabric.same_as(fabric):
+                return st
+        self.loads += 1
+        return load_state(conn, name, fabric, config)
+
+    def save(self, conn: Connection, name: str, st: FeatureState) -> None:
+        """save_state, and hold the state until the next `take` (it must not change in between)."""
+        version = save_state(conn, name, st)
+        st.as_saved()
+        with self._lock:
+            self._held[self._key(conn, name)] = (version, st)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._held.clear()
+
+
+# this process's (a Celery worker's: each process of a prefork pool has its own)
+held_states = StateCache()
 
 
 def save_models(conn: Connection, models: ModelStore) -> int:

@@ -1,0 +1,166 @@
+"""The detector state kept in a process between live cycles (store.StateCache): read again whenever another
+process wrote it, or this process's own save did not commit; never a cycle on a stale state."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import Engine, text
+
+from service.detection.service import detect_at, detect_in, load_fabric
+from service.detection.state import Config
+from service.detection.store import StateCache, load_state
+from tests.detection.test_live import SPEC, T0, load_history
+from tests.paths import REPO
+
+T1 = int(T0 * 1000) + 10 * 60_000
+TIMES = [T1 + i * 60_000 for i in range(8)]
+
+
+def differences(a: Any, b: Any, path: str = "state") -> list[str]:
+    """Where two states (or parts of them) differ, attribute by attribute, arrays by value (NaN equal to NaN)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        x, y = np.asarray(a), np.asarray(b)
+        same = x.shape == y.shape and x.dtype == y.dtype and np.array_equal(x, y, equal_nan=x.dtype.kind in "fc")
+        return [] if same else [path]
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return [f"{path}: keys {sorted(a.keys() ^ b.keys())}"]
+        return [d for k in a for d in differences(a[k], b[k], f"{path}[{k!r}]")]
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in differences(x, y, f"{path}[{i}]")]
+    if hasattr(a, "__dict__") and type(a) is type(b):
+        return differences({k: v for k, v in vars(a).items() if k not in ("fabric", "cfg")},
+                           {k: v for k, v in vars(b).items() if k not in ("fabric", "cfg")}, path)
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+
+
+def stored(db: Engine, name: str) -> dict[str, np.ndarray]:
+    """A stored state's arrays, as stored."""
+    with db.connect() as c:
+        blob = c.execute(text("SELECT blob FROM detector_state WHERE name = :n"), {"n": name}).scalar_one()
+    with np.load(io.BytesIO(bytes(blob)), allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def stored_differences(db: Engine) -> list[str]:
+    """The arrays in which detector 'x''s stored state differs from 'ref''s."""
+    mine, theirs = stored(db, "x"), stored(db, "ref")
+    return sorted(mine.keys() ^ theirs.keys()) + [
+        k for k in mine.keys() & theirs.keys() if differences(mine[k], theirs[k])]
+
+
+def reference(db: Engine, times: list[int]) -> list[list[dict[str, Any]]]:
+    """Cycles of detector 'ref', each reading its state from the database (a new process every cycle)."""
+    return [[f.to_dict() for f in detect_at(db, t, name="ref", states=StateCache())] for t in times]
+
+
+def test_a_held_state_goes_on_exactly_as_the_stored_one(db: Engine) -> None:
+    """After each cycle the state held in memory is, attribute by attribute, the one read back from the database;
+    and the cycles after the first read nothing back."""
+    load_history(db, SPEC, 20)
+    cache = StateCache()
+    for t in TIMES:
+        detect_at(db, t, states=cache)
+        (_, held), = cache._held.values()
+        with db.connect() as c:
+            again = load_state(c, "default", load_fabric(c))
+        assert again is not None and differences(held, again) == []
+    assert cache.loads == 0
+
+
+def test_two_workers_never_cycle_on_a_stale_state(db: Engine) -> None:
+    """Two workers (two caches) take turns on one detector: each cycle goes on from the other's last one, so
+    findings and the stored state are those of cycles that all read the stored state."""
+    load_history(db, SPEC, 20)
+    ref = reference(db, TIMES)
+    a, b = StateCache(), StateCache()
+    got = [[f.to_dict() for f in detect_at(db, t, name="x", states=w)] for t, w in zip(
+        TIMES, (a, a, b, a, b, b, a, a), strict=True)]
+    assert got == ref
+    # read back: a after b's cycles (4, 7), b after a's (3, 5); a's 2 and 8 and b's 6 went on from memory
+    assert (a.loads, b.loads) == (2, 2)
+    assert stored_differences(db) == []
+
+
+def test_a_save_that_did_not_commit_is_not_gone_on_from(db: Engine) -> None:
+    """A cycle whose transaction rolled back after the state was saved (the pipeline failed after detection):
+    the next cycle reads the stored state, so it is run again at the same time and sees the same samples."""
+    load_history(db, SPEC, 20)
+    ref = reference(db, TIMES[:4])
+    cache = StateCache()
+    got = [[f.to_dict() for f in detect_at(db, t, name="x", states=cache)] for t in TIMES[:2]]
+    with db.connect() as conn, conn.begin() as tx:
+        detect_in(conn, TIMES[2], name="x", states=cache)
+        tx.rollback()
+    got += [[f.to_dict() for f in detect_at(db, t, name="x", states=cache)] for t in TIMES[2:4]]
+    assert got == ref and cache.loads == 1
+    assert stored_differences(db) == []
+
+
+def test_a_cycle_that_failed_leaves_nothing_held(db: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cycle that failed after evaluating (here: its state's write) keeps no half-run state: the same cycle
+    runs again from the stored state."""
+    import service.detection.store as store
+
+    load_history(db, SPEC, 20)
+    ref = reference(db, TIMES[:4])
+    cache = StateCache()
+    got = [[f.to_dict() for f in detect_at(db, t, name="x", states=cache)] for t in TIMES[:2]]
+
+    def lost(*args: object) -> None:
+        raise ConnectionError("server closed the connection")
+
+    with monkeypatch.context() as m:
+        m.setattr(store, "save_state", lost)
+        with pytest.raises(ConnectionError):
+            detect_at(db, TIMES[2], name="x", states=cache)
+    got += [[f.to_dict() for f in detect_at(db, t, name="x", states=cache)] for t in TIMES[2:4]]
+    assert got == ref and cache.loads == 1
+    assert stored_differences(db) == []
+
+
+def test_another_process_cycle_in_between_is_read(db: Engine) -> None:
+    """A real second process (another worker, or this one restarted) runs a cycle between two of this process's:
+    this one's next cycle goes on from it."""
+    load_history(db, SPEC, 20)
+    ref = reference(db, TIMES[:4])
+    cache = StateCache()
+    got = [[f.to_dict() for f in detect_at(db, t, name="x", states=cache)] for t in TIMES[:2]]
+    url = db.url.render_as_string(hide_password=False)
+    code = ("import json, sys; from sqlalchemy import create_engine; from service.detection.service import detect_at; "
+            f"print(json.dumps([f.to_dict() for f in detect_at(create_engine({url!r}), {TIMES[2]}, name='x')], "
+            "default=str))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got.append([f.to_dict() for f in detect_at(db, TIMES[3], name="x", states=cache)])
+    assert got[:2] == ref[:2] and got[2] == ref[3] and cache.loads == 1
+    assert stored_differences(db) == []
+
+
+def test_another_fabric_or_config_reads_the_state_again(db: Engine) -> None:
+    """A held state is over one fabric and Config: an inventory change (a pod moved in or out of a shard, a module's
+    thresholds) or another Config reads the stored state again, mapped by port id, as before."""
+    load_history(db, SPEC, 20)
+    cache = StateCache()
+    detect_at(db, TIMES[0], states=cache)
+    with db.connect() as c:
+        fab = load_fabric(c)
+        assert fab.same_as(load_fabric(c))
+        other = load_fabric(c)
+        other.th["rx_lw"] = other.th["rx_lw"].copy()
+        other.th["rx_lw"][0] -= 1.0
+        assert not fab.same_as(other)
+        held = cache.take(c, "default", other)
+    assert held is not None and held.fabric is other and cache.loads == 1
+    detect_at(db, TIMES[1], states=cache)
+    assert cache.loads == 2  # nothing held after that take
+    detect_at(db, TIMES[2], states=cache)
+    assert cache.loads == 2
+    detect_at(db, TIMES[3], states=cache, config=Config(stale_ms=1_800_000))
+    assert cache.loads == 3
