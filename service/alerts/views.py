@@ -7,6 +7,7 @@ from collections.abc import Hashable
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
+from pydantic import Field
 from sqlalchemy import Connection, Engine, exc
 from starlette.concurrency import run_in_threadpool
 
@@ -28,6 +29,7 @@ from service.alerts.schemas import (
 )
 from service.api.auth import OperateScope, ReadScope
 from service.api.deps import AsyncReadsDep, EngineDep
+from service.api.params import QueryModel, read_query
 from service.api.problems import Problem
 from service.db import read_retrying
 from service.detection.findings import Cause, Severity
@@ -35,7 +37,6 @@ from service.detection.findings import Cause, Severity
 router = APIRouter(prefix="/api/v1", tags=["alerts"])
 log = logging.getLogger(__name__)
 
-Multi = Annotated[list[str] | None, Query()]
 Sort = Literal["-created", "created", "-updated", "updated", "-opened", "opened"]
 
 
@@ -52,19 +53,26 @@ def _not_found(what: str, ident: int) -> Problem:
     return Problem(404, "Not found", f"no {what} with id {ident}")
 
 
-@router.get("/alerts", response_model=AlertPage, summary="Alerts, newest first; keyset-paginated",
-            responses={304: {"description": "Not Modified: the If-None-Match ETag is still current"}})
-async def list_alerts(request: Request, engine: EngineDep, reads: AsyncReadsDep, _: ReadScope,
-                      state: Annotated[list[AlertState] | None, Query()] = None,
-                      severity: Annotated[list[Severity] | None, Query()] = None, kind: Multi = None,
-                      device: Multi = None, pod: Multi = None, cause: Annotated[list[Cause] | None, Query()] = None,
-                      sort: Sort = "-created",
-                      limit: Annotated[int, Query(ge=1, le=500)] = 100, cursor: str | None = None) -> Response:
-    """Sends an ETag that changes whenever any alert does (a cycle, an ack): `If-None-Match` with it
-    gets 304 and no body while nothing changed (service/alerts/listcache.py)."""
-    filters = {"state": _sorted(state), "severity": _sorted(_values(severity)), "kind": _sorted(kind),
-               "device": _sorted(device), "pod": _sorted(pod), "cause": _sorted(_values(cause))}
-    key = (*filters.values(), sort, limit, cursor)
+class AlertQuery(QueryModel):
+    state: list[AlertState] | None = None
+    severity: list[Severity] | None = None
+    kind: list[str] | None = None
+    device: list[str] | None = None
+    pod: list[str] | None = None
+    cause: list[Cause] | None = None
+    sort: Sort = "-created"
+    limit: Annotated[int, Field(ge=1, le=500)] = 100
+    cursor: str | None = None
+
+
+# Registered before its documentation twin below, so it is the one that answers: its parameters are read by
+# `read_query` (one model validation) rather than FastAPI's per-parameter solving, 150 us of CPU a request.
+@router.get("/alerts", include_in_schema=False)
+async def answer_alerts(request: Request, engine: EngineDep, reads: AsyncReadsDep, _: ReadScope) -> Response:
+    q = read_query(request, AlertQuery)
+    filters = {"state": _sorted(q.state), "severity": _sorted(_values(q.severity)), "kind": _sorted(q.kind),
+               "device": _sorted(q.device), "pod": _sorted(q.pod), "cause": _sorted(_values(q.cause))}
+    key = (*filters.values(), q.sort, q.limit, q.cursor)
     body: bytes | None = None
     version: listcache.Version | None = None
     # A page held for this query needs only the version to be served: one statement on an async connection,
@@ -79,7 +87,7 @@ async def list_alerts(request: Request, engine: EngineDep, reads: AsyncReadsDep,
             version = None
         body = listcache.PAGES.get(version, key) if version else None
     if body is None:
-        body, version = await run_in_threadpool(_render, engine, filters, key, sort, limit, cursor)
+        body, version = await run_in_threadpool(_render, engine, filters, key, q.sort, q.limit, q.cursor)
     if version is None:
         return Response(body, media_type="application/json")
     tag = listcache.etag(version, key)
@@ -87,6 +95,14 @@ async def list_alerts(request: Request, engine: EngineDep, reads: AsyncReadsDep,
     if listcache.matches(request.headers.get("if-none-match"), tag):
         return Response(status_code=304, headers=headers)
     return Response(body, media_type="application/json", headers=headers)
+
+
+@router.get("/alerts", response_model=AlertPage, summary="Alerts, newest first; keyset-paginated",
+            responses={304: {"description": "Not Modified: the If-None-Match ETag is still current"}})
+async def list_alerts(_: ReadScope, query: Annotated[AlertQuery, Query()]) -> Response:
+    """Sends an ETag that changes whenever any alert does (a cycle, an ack): `If-None-Match` with it
+    gets 304 and no body while nothing changed (service/alerts/listcache.py)."""
+    raise AssertionError("documentation only: answer_alerts, registered first, answers GET /api/v1/alerts")
 
 
 def _render(engine: Engine, filters: dict[str, tuple[str, ...] | None], key: Hashable, sort: Sort, limit: int,

@@ -8,12 +8,13 @@ from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import Field
 from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
 from service.api.auth import ReadScope, require
 from service.api.deps import EngineDep, SettingsDep
-from service.api.params import time_query, time_range
+from service.api.params import QueryModel, read_query, time_query, time_range
 from service.api.problems import Problem
 from service.db import read_retrying
 from service.inventory.schemas import EndpointProtocol
@@ -77,28 +78,30 @@ async def import_prom(request: Request, engine: EngineDep, settings: SettingsDep
     return report.to_dict()
 
 
-@router.get("/series", summary="Stored series; counters as per-second rates", response_model=SeriesRead)
-def get_series(
-    engine: EngineDep,
-    settings: SettingsDep,
-    response: Response,
-    _: ReadScope,
-    metric: str,
-    device: str | None = None,
-    port: str | None = None,
-    lane: Annotated[int | None, Query(ge=0)] = None,
-    priority: Annotated[int | None, Query(ge=0)] = None,
-    gpu: Annotated[int | None, Query(ge=0)] = None,
-    start: Annotated[str | None, time_query("from (default: end minus 1 h)")] = None,
-    end: Annotated[str | None, time_query("to (default: now)")] = None,
-    step: Annotated[float | None, Query(gt=0, le=86400 * 7)] = None,
-    raw: bool = False,
-) -> Response:
-    if catalogue.get(metric) is None:
-        raise Problem(404, "Unknown metric", f"{metric!r} is not in the metric catalogue")
-    t_start, t_end = time_range(start, end, timedelta(hours=1))
-    query = {"metric": metric, "device": device, "port": port, "lane": lane, "priority": priority, "gpu": gpu,
-             "start": t_start, "end": t_end, "step_s": step, "raw": raw}
+class SeriesQuery(QueryModel):
+    metric: str
+    device: str | None = None
+    port: str | None = None
+    lane: Annotated[int | None, Field(ge=0)] = None
+    priority: Annotated[int | None, Field(ge=0)] = None
+    gpu: Annotated[int | None, Field(ge=0)] = None
+    start: Annotated[str | None, time_query("from (default: end minus 1 h)")] = None
+    end: Annotated[str | None, time_query("to (default: now)")] = None
+    step: Annotated[float | None, Field(gt=0, le=86400 * 7)] = None
+    raw: bool = False
+
+
+# Registered before its documentation twin below, so it is the one that answers: its parameters are read by
+# `read_query` (one model validation) rather than FastAPI's per-parameter solving (service/api/params.py).
+@router.get("/series", include_in_schema=False)
+def answer_series(request: Request, engine: EngineDep, settings: SettingsDep, response: Response,
+                  _: ReadScope) -> Response:
+    q = read_query(request, SeriesQuery)
+    if catalogue.get(q.metric) is None:
+        raise Problem(404, "Unknown metric", f"{q.metric!r} is not in the metric catalogue")
+    t_start, t_end = time_range(q.start, q.end, timedelta(hours=1))
+    query = {"metric": q.metric, "device": q.device, "port": q.port, "lane": q.lane, "priority": q.priority,
+             "gpu": q.gpu, "start": t_start, "end": t_end, "step_s": q.step, "raw": q.raw}
     if settings.shards.urls:  # every shard, through the fleet tables; the header names pods not seen
         from service.shards.views import series_across_shards
 
@@ -112,7 +115,7 @@ def get_series(
     from service.shards.views import MISSING_HEADER, say_missing
 
     body = say_missing(response, {
-        "metric": metric, "start": t_start.isoformat(), "end": t_end.isoformat(), "step": step,
+        "metric": q.metric, "start": t_start.isoformat(), "end": t_end.isoformat(), "step": q.step,
         "series": [
             {"labels": {k: v for k, v in (("device", r.device), ("port", r.port), ("lane", r.lane),
                                           ("priority", r.priority), ("gpu", r.gpu)) if v is not None},
@@ -125,6 +128,11 @@ def get_series(
     # is the same bytes (infinities and NaN as null, as the model writes them; test_series_json).
     return Response(to_json(body, inf_nan_mode="null"), media_type="application/json",
                     headers={MISSING_HEADER: response.headers[MISSING_HEADER]})
+
+
+@router.get("/series", summary="Stored series; counters as per-second rates", response_model=SeriesRead)
+def get_series(_: ReadScope, query: Annotated[SeriesQuery, Query()]) -> Response:
+    raise AssertionError("documentation only: answer_series, registered first, answers GET /api/v1/series")
 
 
 @router.get("/targets", summary="Collection targets and their last status", response_model=TargetsRead)
