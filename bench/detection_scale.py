@@ -9,16 +9,28 @@ per entity per cycle, a few hundred ports carry faults, cohort forests are train
 
 Reports: observe time, cycle time (plain and with a trend-bucket close), training time, peak RSS.
 Goal (detection.md brief): one cycle <= 10 s on 2 cores.
+
+    .venv/bin/python bench/detection_scale.py --state-io postgresql://postgres@127.0.0.1:5432/postgres \
+        [--gpus 6656] [--cycles 5]
+
+The live cycle's detector-state load and save against PostgreSQL (a scratch database, dropped at the end), side
+by side in one run: each cycle, the same samples go to a state that is read and written whole every cycle
+(store.load_state/save_state, as before 2026-12-04) and to one kept in the process between cycles
+(store.StateCache: read only when another process wrote it). Reports wall and CPU time (this process's and the
+database backend's) of each load and save. --gpus 6656 is 19,968 ports.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import time
+from collections.abc import Iterator
 
 import numpy as np
+from sqlalchemy import Connection, text
 
 from service.detection.engine import Engine
 from service.detection.features import compute, if_matrix
@@ -111,11 +123,89 @@ def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def backend_cpu_s(conn: Connection) -> float:
+    """CPU seconds the connection's PostgreSQL backend has used (its /proc entry: the server on this machine)."""
+    pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Clock:
+    """Wall, this process's CPU and the backend's CPU time of a block, added up per label."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, list[tuple[float, float, float]]] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, label: str, conn: Connection) -> Iterator[None]:
+        b0, c0, t0 = backend_cpu_s(conn), time.process_time(), time.perf_counter()
+        yield
+        t, c, b = time.perf_counter() - t0, time.process_time() - c0, backend_cpu_s(conn) - b0
+        self.spent.setdefault(label, []).append((t, c, b))
+
+    def report(self) -> None:
+        print("per cycle, median (max) seconds:  wall | client CPU | server CPU")
+        for label, xs in self.spent.items():
+            cols = np.asarray(xs)
+            print(f"  {label:<22}" + " | ".join(f"{np.median(cols[:, i]):6.3f} ({cols[:, i].max():6.3f})"
+                                                for i in range(3)))
+
+
+def state_io(url: str, gpus: int, cycles: int) -> None:
+    """Load and save of the detector state per live cycle: whole every cycle vs kept in the process."""
+    from sqlalchemy import create_engine
+
+    from service.detection.models import DetectorState
+    from service.detection.store import StateCache, load_state, save_state
+
+    admin = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT")
+    scratch = "fw_bench_state_io"
+    with admin.connect() as c:
+        c.execute(text(f"DROP DATABASE IF EXISTS {scratch}"))
+        c.execute(text(f"CREATE DATABASE {scratch}"))
+    db = create_engine(admin.url.set(database=scratch))
+    try:
+        with db.begin() as c:
+            DetectorState.__table__.create(c)
+        fab = build(gpus)
+        print(f"fabric: {fab.P:,} ports, {fab.L:,} lanes; load average {os.getloadavg()[0]:.1f}")
+        syn, cfg, clock, cache = Synth(fab), Config(), Clock(), StateCache()
+        engines = {"before": Engine(), "after": Engine()}
+        for i in range(cycles + 1):  # the first cycle writes the first state (and the cache holds none yet)
+            batch = syn.batch()
+            for mode in ("before", "after"):
+                with db.begin() as conn:
+                    with clock(f"{mode}: load", conn):
+                        st = load_state(conn, mode, fab, cfg) if mode == "before" else cache.take(conn, mode, fab, cfg)
+                    st = st if st is not None else FeatureState(fab, cfg)
+                    st.observe(batch)
+                    st.watermark_ms = syn.t
+                    engines[mode].run_cycle(st, syn.t)
+                    with clock(f"{mode}: save", conn):
+                        save_state(conn, mode, st) if mode == "before" else cache.save(conn, mode, st)
+            if i == 0:
+                clock.spent.clear()
+                blob = db.connect().execute(text("SELECT length(blob) FROM detector_state LIMIT 1")).scalar_one()
+                print(f"state blob: {blob / 1e6:.0f} MB ({blob / fab.P / 1e3:.1f} kB per port)")
+        clock.report()
+        print(f"states read from the database by the cache: {cache.loads} in {cycles} cycles; "
+              f"load average now {os.getloadavg()[0]:.1f}")
+    finally:
+        db.dispose()
+        with admin.connect() as c:
+            c.execute(text(f"DROP DATABASE IF EXISTS {scratch}"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpus", type=int, default=100_000)
     ap.add_argument("--cycles", type=int, default=5)
+    ap.add_argument("--state-io", metavar="POSTGRES_URL", help="measure the detector state's load and save instead")
     args = ap.parse_args()
+    if args.state_io:
+        state_io(args.state_io, args.gpus, args.cycles)
+        return
     t = time.perf_counter()
     fab = build(args.gpus)
     print(f"fabric: {fab.P:,} ports, {fab.L:,} lanes, {len(fab.dev_names):,} devices "
