@@ -9,9 +9,10 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import psycopg
-from sqlalchemy import Connection, Engine, Row, create_engine, event, exc, make_url
+from sqlalchemy import Connection, Engine, create_engine, event, exc, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+from sqlalchemy.util import greenlet_spawn
 
 T = TypeVar("T")
 
@@ -50,18 +51,24 @@ def _check_out(dbapi_connection: Any, record: Any, proxy: Any) -> None:
     unless the server spoke unasked: a backend that ends (a restart, pg_terminate_backend, an idle timeout)
     sends its FATAL error and closes. Then, and only then, ping it; a dead one makes the pool replace every
     connection older than now (a restart ended them all). A connection that dies after this check fails its
-    statement: reads retry that (`read_retrying`), writes fail as they would mid-transaction."""
-    if not isinstance(dbapi_connection, psycopg.Connection):
+    statement: reads retry that (`read_retrying`, `AsyncReads`), writes fail as they would mid-transaction.
+    The same for the asyncio engine's connections (`AsyncReads`): its checkout runs in SQLAlchemy's greenlet,
+    where the adapter's cursor waits as a plain one does."""
+    raw = getattr(dbapi_connection, "driver_connection", dbapi_connection)  # the asyncio adapter's AsyncConnection
+    if not isinstance(raw, psycopg.Connection | psycopg.AsyncConnection):
         return
-    if dbapi_connection.closed:
+    if raw.closed:
         raise exc.DisconnectionError("connection closed")
     try:
         poller = select.poll()
-        poller.register(dbapi_connection.pgconn.socket, select.POLLIN)
+        poller.register(raw.pgconn.socket, select.POLLIN)
         if not poller.poll(0):
             return
-        with dbapi_connection.cursor() as cur:  # a notice or a parameter change is read by this too
+        cur = dbapi_connection.cursor()  # a notice or a parameter change is read by this too
+        try:
             cur.execute("SELECT 1")
+        finally:
+            cur.close()
         if not dbapi_connection.autocommit:
             dbapi_connection.rollback()
     except psycopg.Error as e:
@@ -93,11 +100,11 @@ class AsyncReads:
 
     At most `size` autocommit connections (no overflow), opened as reads need them and kept; a read waits up
     to `wait_s` for one while `size` reads are on the server (a burst never opens more backends), then fails.
-    A read whose connection the server ended (a restart, pg_terminate_backend) runs once more: SQLAlchemy
-    invalidates that connection and every one opened before it (a restart ended them all), so the second try
-    gets a new one. An engine belongs to the event loop that opened its connections: a read on another loop (a
-    test client without its lifespan starts one per request) closes them and starts a new engine. Backends
-    are named `APP_NAME` (pg_stat_activity) unless the URL names them."""
+    A connection the server ended (a restart, pg_terminate_backend) is found at checkout by its socket, as
+    the sync pool's are (`_check_out`: then every older one is replaced too); a read whose connection dies
+    after that runs once more, on a new one. An engine belongs to the event loop that opened its connections:
+    a read on another loop (a test client without its lifespan starts one per request) closes them and starts
+    a new engine. Backends are named `APP_NAME` (pg_stat_activity) unless the URL names them."""
 
     APP_NAME = "fabricwatch-api-async"
 
@@ -107,16 +114,35 @@ class AsyncReads:
         self._engine: AsyncEngine | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def fetchone(self, query: str, params: Mapping[str, Any] | None = None) -> Row[Any] | None:
-        """The first row of `query` (SQL with psycopg's `%(name)s` placeholders), or None."""
+    @property
+    def engine(self) -> AsyncEngine | None:
+        """The engine of the current event loop (None before the first read)."""
+        return self._engine
+
+    async def fetchone(self, query: str, params: Mapping[str, Any] | None = None) -> tuple[Any, ...] | None:
+        """The first row of `query` (SQL with psycopg's `%(name)s` placeholders), or None. The statement runs
+        on the pooled psycopg connection itself: SQLAlchemy's statement and result layers cost about 250 us of
+        CPU more per read (docs/benchmarks.md, 2026-12-04); the pool and its checkout check are SQLAlchemy's.
+        Raises psycopg's errors (the read failed twice) and SQLAlchemy's (no connection: refused, or none
+        came free in `wait_s`)."""
         engine = await self._engine_for(asyncio.get_running_loop())
         for attempt in (1, 2):
+            proxied = await engine.raw_connection()  # a connection the server ended is replaced here (_check_out)
+            conn: psycopg.AsyncConnection[Any] = proxied.driver_connection  # type: ignore[assignment]
             try:
-                async with engine.connect() as conn:
-                    return (await conn.exec_driver_sql(query, params or {})).first()
-            except exc.DBAPIError as e:
-                if attempt == 2 or not e.connection_invalidated:
+                cur = await conn.execute(query, params)
+                row = await cur.fetchone()
+            except psycopg.Error:
+                broken = conn.broken  # ended by the server under the read, after the checkout's check
+                await greenlet_spawn(proxied.invalidate)
+                if attempt == 2 or not broken:
                     raise
+                continue
+            except BaseException:  # cancelled mid-statement: the connection's state is unknown
+                await greenlet_spawn(proxied.invalidate)
+                raise
+            proxied.close()  # back to the pool: a queue put (no reset, autocommit; no overflow to close)
+            return row
         raise AssertionError("unreachable")
 
     async def _engine_for(self, loop: asyncio.AbstractEventLoop) -> AsyncEngine:
@@ -127,6 +153,7 @@ class AsyncReads:
             self._engine = create_async_engine(self.url, pool_size=self.size, max_overflow=0,
                                                pool_timeout=self.wait_s, isolation_level="AUTOCOMMIT",
                                                pool_reset_on_return=None, connect_args=connect_args)
+            event.listen(self._engine.sync_engine, "checkout", _check_out)
             self._loop = loop
         return self._engine
 

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Hashable
 from typing import Annotated, Literal
 
+import psycopg
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import Field
 from sqlalchemy import Connection, Engine, exc
@@ -81,7 +82,7 @@ async def answer_alerts(request: Request, engine: EngineDep, reads: AsyncReadsDe
     if listcache.PAGES.has(key):
         try:
             version = await listcache.read_version_async(reads)
-        except exc.SQLAlchemyError as e:  # failed twice, or no connection came free in time
+        except (psycopg.Error, exc.SQLAlchemyError) as e:  # failed twice, no connection, or none came free
             log.warning("alert list: the version read on the event loop failed (%s); answering through the "
                         "thread pool", e)
             version = None

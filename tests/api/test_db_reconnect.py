@@ -115,9 +115,26 @@ def test_a_read_whose_connection_dies_after_checkout_runs_again(client: TestClie
         assert len(idle) == 1
         _terminate(admin, db_url, idle[0])
         assert client.get("/api/v1/alerts", params={"device": "h-000"}).json() == before[1]
+        again = _async_backends(admin, db_url)
+        assert len(again) == 1 and again != idle  # replaced at checkout (its socket said so)
+        # Ended after the checkout's check, as above for the pool's: the read runs once more, on a new one.
+        async_killed: list[int] = []
+
+        def kill_async_once(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+            if not async_killed:
+                async_killed.append(dbapi_connection.driver_connection.info.backend_pid)
+                _terminate(admin, db_url, async_killed[-1])
+
+        reads = client.app.state.async_reads  # type: ignore[attr-defined]
+        event.listen(reads.engine.sync_engine, "checkout", kill_async_once)
+        try:
+            assert client.get("/api/v1/alerts", params={"device": "h-000"}).json() == before[1]
+        finally:
+            event.remove(reads.engine.sync_engine, "checkout", kill_async_once)
+        assert async_killed == again
     finally:
         event.remove(engine, "checkout", kill_once)
-    # It ran again on a new async connection, on the event loop: not through the sync path's pool.
+    # Both ran again on a new async connection, on the event loop: not through the sync path's pool.
     assert len(checkouts) == 2
-    again = _async_backends(admin, db_url)
-    assert len(again) == 1 and again != idle
+    last = _async_backends(admin, db_url)
+    assert len(last) == 1 and last != again
