@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from service.detection.features import Features, seg_reduce
+from service.detection.features import Features, nan_num, seg_reduce
 from service.detection.state import AXIS, DARK_METRICS, KINDS, NPRIO, FeatureState
 
 # The metrics each rule reads. A rule is "observed" on a port in a cycle that brought new data of any of
@@ -69,8 +69,10 @@ class Conditions:
 
 
 def _t(x: np.ndarray) -> np.ndarray:
-    """NaN-safe truth: NaN is False."""
-    return np.nan_to_num(x, nan=0.0).astype(bool) if x.dtype != bool else x
+    """NaN-safe truth: NaN is False (what nan_to_num(x).astype(bool) gives, without its overhead)."""
+    if x.dtype == bool:
+        return x
+    return (x != 0) & ~np.isnan(x) if x.dtype.kind == "f" else x.astype(bool)
 
 
 def _per_port(st: FeatureState, metric: str, x: np.ndarray) -> np.ndarray:
@@ -147,6 +149,7 @@ def fresh_kinds(st: FeatureState) -> tuple[dict[str, np.ndarray], dict[str, np.n
     port_fresh: dict[str, np.ndarray] = {}
     port_ts: dict[str, np.ndarray] = {}
     port_n: dict[str, np.ndarray] = {}
+    none, zero = np.zeros(P, bool), np.zeros(P, np.int64)
     for metrics in INPUTS.values():
         for m in metrics:
             if m in port_fresh:
@@ -155,11 +158,14 @@ def fresh_kinds(st: FeatureState) -> tuple[dict[str, np.ndarray], dict[str, np.n
             track = st.gauges.get(m) or st.counters[m]
             if fm is None or len(fm) != len(track.last_ts):
                 fm = np.zeros(len(track.last_ts), bool)
-            port_fresh[m] = _per_port(st, m, fm)
-            ts = np.where(fm, track.last_ts, 0)
             n = st.polls_m.get(m, np.zeros(len(fm), np.int32))
             if len(n) != len(fm):
                 n = np.zeros(len(fm), np.int32)
+            if not fm.any() and not n.any():  # nothing new (most metrics, most cycles): what the below gives
+                port_fresh[m], port_ts[m], port_n[m] = none, zero, zero
+                continue
+            port_fresh[m] = _per_port(st, m, fm)
+            ts = np.where(fm, track.last_ts, 0)
             if AXIS[m] == "lane":
                 off = st.fabric.lane_off
                 port_ts[m] = seg_reduce(np.maximum, ts.astype(float), off, 0.0).astype(np.int64)
@@ -199,7 +205,7 @@ def polled(st: FeatureState) -> np.ndarray:
     """(P,) ports that brought any new data this cycle (a device observation, for device-level persistence)."""
     out = np.zeros(st.fabric.P, bool)
     for m, fm in st.fresh_m.items():
-        if len(fm):
+        if len(fm) and fm.any():
             out |= _per_port(st, m, fm)
     return out
 
@@ -259,8 +265,8 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
                       & (f.rx_margin_cohort_med - f.rx_margin_min >= 3.0) & in_service)
         optical = deg_port | cohort_low
         out.raw["optical_degradation"] = optical
-        out.score["optical_degradation"] = np.fmax(-np.nan_to_num(f.rx_delta_min, nan=0.0),
-                                                   -np.nan_to_num(f.rx_margin_min, nan=0.0))
+        out.score["optical_degradation"] = np.fmax(-nan_num(f.rx_delta_min, nan=0.0),
+                                                   -nan_num(f.rx_margin_min, nan=0.0))
         has_rx = seg_reduce(np.maximum, (g["optic_rx_power_dbm"].last_ts > 0).astype(float), off, 0.0) > 0
         has_bias = seg_reduce(np.maximum, (g["optic_tx_bias_amperes"].last_ts > 0).astype(float), off, 0.0) > 0
         for k in ("optical_degradation", "dom_threshold", "bias_drift", "anomaly"):
@@ -275,7 +281,7 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
         dom |= seg_reduce(np.maximum, ((f.bias >= th["bias_ha"][lp]) | (f.tx <= th["tx_la"][lp])).astype(float),
                           off, 0.0) > 0
         out.raw["dom_threshold"] = _t(dom) & in_service
-        out.score["dom_threshold"] = np.nan_to_num(f.temp - th["temp_ha"], nan=0.0)
+        out.score["dom_threshold"] = nan_num(f.temp - th["temp_ha"], nan=0.0)
         has_dom = (g["optic_temperature_celsius"].last_ts > 0) | (g["optic_voltage_volts"].last_ts > 0) | has_bias
         any_th = np.zeros(P, bool)
         for key in ("temp_ha", "volt_ha", "volt_la", "bias_ha", "tx_la"):
@@ -290,7 +296,7 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
         out.raw["post_fec_errors"] = pf
         out.now["post_fec_errors"] = (_t(f.post_fec >= cfg.post_fec_burst) & ~_t(f.flaps > 0)
                                       & ~_t(f.recoveries > 0))
-        out.score["post_fec_errors"] = np.log10(np.nan_to_num(f.post_fec, nan=0.0) + 1)
+        out.score["post_fec_errors"] = np.log10(nan_num(f.post_fec, nan=0.0) + 1)
         fec_seen = c["port_fec_uncorrectable_codewords_total"].seen() | c["port_symbol_errors_total"].seen()
         err_seen = c["port_rx_fcs_errors_total"].seen() | c["port_rx_errors_total"].seen()
         blk["post_fec_errors"][~fec_seen & ~err_seen] = 6
@@ -316,7 +322,7 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
         use, _, wins_hit = ber_windows(st)
         out.raw["ber_degradation"] = np.where(use, wins_hit > 0, _t(ber)) & no_flap
         set_ber_threshold(st)
-        out.score["ber_degradation"] = np.nan_to_num(np.fmax(f.log_ber_delta, cfg.ber_margin_dec - f.ber_margin_dec),
+        out.score["ber_degradation"] = nan_num(np.fmax(f.log_ber_delta, cfg.ber_margin_dec - f.ber_margin_dec),
                                                      nan=0.0)
         ber_counted = c["port_fec_corrected_bits_total"].seen() & c["port_rx_phy_bits_total"].seen()
         ber_gauge = (g["port_pre_fec_ber"].last_ts > 0) | (
@@ -351,7 +357,7 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
         pstorm = np.where((pause_n > 0) | (ev_n > 0), storm_hits > 0, _t(pstorm))
         out.raw["pause_storm"] = _t(pstorm) & fab.is_host
         out.hits["pause_storm"] = storm_hits
-        out.score["pause_storm"] = np.nan_to_num(f.tx_pause_duty, nan=0.0)
+        out.score["pause_storm"] = nan_num(f.tx_pause_duty, nan=0.0)
         pause_seen = c["port_pfc_tx_pause_seconds_total"].seen().reshape(P, NPRIO).any(axis=1) | \
             c["port_tx_pause_seconds_total"].seen()
         storm_seen = c["port_pause_storm_warning_events_total"].seen() | \
@@ -370,7 +376,7 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
         np.maximum.at(gmax, dev, gen)
         pcie_drop = ((w >= 0) & (w < wmax[dev])) | ((gen >= 0) & (gen < gmax[dev]))
         out.raw["host_side"] = pcie_drop & fab.is_host & ~out.raw["pause_storm"]
-        out.score["host_side"] = np.nan_to_num(f.tx_pause_duty_mean, nan=0.0)
+        out.score["host_side"] = nan_num(f.tx_pause_duty_mean, nan=0.0)
         pcie_seen = (g["gpu_pcie_link_width"].last_ts > 0) | (g["gpu_pcie_link_generation"].last_ts > 0)
         blk["host_side"][fab.is_host & ~pcie_seen] = 11
 
@@ -388,14 +394,14 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
         cong = np.where((pause_n > 0) | (ecn_n > 0), cong_hits > 0, _t(cong))
         out.raw["congestion"] = _t(cong)
         out.hits["congestion"] = cong_hits
-        out.score["congestion"] = np.nan_to_num(f.ecn_frac, nan=0.0)
+        out.score["congestion"] = nan_num(f.ecn_frac, nan=0.0)
         blk["congestion"][~c["port_ecn_marked_packets_total"].seen() & ~pause_seen] = 12
 
         # bias drift at the transmitter (laser wear-out, F7): level vs own baseline, or the robust slope
         bias_lane = (f.bias_drift >= cfg.bias_drift_frac) | (tt["bias_slope"] * 24 >= cfg.bias_slope_frac_per_day)
         bias = seg_reduce(np.maximum, (bias_lane & in_service[lp]).astype(float), off, 0.0) > 0
         out.raw["bias_drift"] = bias
-        out.score["bias_drift"] = np.nan_to_num(seg_reduce(np.maximum, f.bias_drift, off), nan=0.0)
+        out.score["bias_drift"] = nan_num(seg_reduce(np.maximum, f.bias_drift, off), nan=0.0)
 
         # link down: a linked port whose readings have said oper-down for link_down_hold_ms, not admin-down
         # here or at the far end (an admin-down end takes the link down by design). Admin status unknown here:
