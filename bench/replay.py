@@ -214,7 +214,9 @@ def run(server: str, days: int, anchor_hours: float, compress: bool, alerts: boo
 
     found, s_wall, s_cpu = _timed(lambda: backtest(engine, a, b, step, config=cfg, on_cycle=progress))
     print(f"streamed backtest: {cycles:,} cycles in {s_wall:.1f} s (CPU {s_cpu:.1f} s), {n / s_wall / 1e6:.2f} M "
-          f"samples/s, {s_wall / cycles * 1000:.1f} ms/cycle, {len(found):,} findings; peak RSS {_rss_mib():.0f} MiB")
+          f"samples/s ({n / s_cpu / 1e6:.2f} M per CPU second), {s_wall / cycles * 1000:.1f} ms/cycle "
+          f"({s_cpu / cycles * 1000:.1f} ms CPU), {len(found):,} findings; peak RSS {_rss_mib():.0f} MiB; load average "
+          f"{os.getloadavg()[0]:.1f} at its end")
     lines = [json.dumps(f.to_dict(), sort_keys=True, default=str) for f in found]
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
     print(f"findings sha256 {digest} (to compare runs of different code over the same history)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from service.detection import attribution, rules, trends
-from service.detection.features import Features, at_newest_event, compute, if_matrix
+from service.detection.features import Features, at_newest_event, compute, if_matrix, nan_num
 from service.detection.findings import Finding
 from service.detection.forest import ModelStore, reservoir_take
 from service.detection.state import FeatureState
@@ -48,8 +48,8 @@ class Engine:
             if k in cond.raw:
                 physical_raw |= np.where(fresh.get(k, True), cond.raw[k], st.last_raw[k])
         with np.errstate(invalid="ignore"):
-            cond.raw["anomaly"] = np.nan_to_num(score > th, nan=0.0).astype(bool) & ~physical_raw & cond.optics_ok
-        cond.score["anomaly"] = np.nan_to_num(score - th, nan=0.0)
+            cond.raw["anomaly"] = (score > th) & ~physical_raw & cond.optics_ok  # NaN compares False
+        cond.score["anomaly"] = nan_num(score - th, nan=0.0)
         # time-based conditions carry their own data time: every cycle observes them
         every = np.ones(fab.P, bool)
         for k in rules.TIMED:
@@ -101,8 +101,8 @@ class Engine:
         on are one burst (a level change, or a steady trickle), not an intermittent module."""
         cfg = st.cfg
         with np.errstate(invalid="ignore"):
-            ber = fresh["ber_degradation"] & (np.nan_to_num(f.log_ber_peak - st.base["logber"].loc, nan=0.0) >= 1.0)
-            fec = fresh["post_fec_errors"] & (np.nan_to_num(f.post_fec, nan=0.0) > 0)
+            ber = fresh["ber_degradation"] & (nan_num(f.log_ber_peak - st.base["logber"].loc, nan=0.0) >= 1.0)
+            fec = fresh["post_fec_errors"] & (nan_num(f.post_fec, nan=0.0) > 0)
         err = ber | fec
         if not err.any():
             return
@@ -123,12 +123,16 @@ class Engine:
 
     @staticmethod
     def _trend_add(st: FeatureState, f: Features) -> None:
-        """Each observation once into its bucket (a held value is not a new reading)."""
+        """Each observation once into its bucket (a held value is not a new reading). A metric with no new
+        reading adds nothing (an all-NaN add changes no bucket), so it is skipped."""
         fm = st.fresh_m
-        st.trend["rx"].add(np.where(fm["optic_rx_power_dbm"], f.rx, np.nan))
-        st.trend["temp"].add(np.where(fm["optic_temperature_celsius"], f.temp, np.nan))
-        with np.errstate(invalid="ignore", divide="ignore"):  # relative to baseline: %/day directly
-            st.trend["bias"].add(np.where(fm["optic_tx_bias_amperes"], f.bias / st.base["bias"].loc, np.nan))
+        if fm["optic_rx_power_dbm"].any():
+            st.trend["rx"].add(np.where(fm["optic_rx_power_dbm"], f.rx, np.nan))
+        if fm["optic_temperature_celsius"].any():
+            st.trend["temp"].add(np.where(fm["optic_temperature_celsius"], f.temp, np.nan))
+        if fm["optic_tx_bias_amperes"].any():
+            with np.errstate(invalid="ignore", divide="ignore"):  # relative to baseline: %/day directly
+                st.trend["bias"].add(np.where(fm["optic_tx_bias_amperes"], f.bias / st.base["bias"].loc, np.nan))
 
     @staticmethod
     def _trend_close(st: FeatureState, at_ms: int) -> None:
@@ -165,23 +169,30 @@ class Engine:
         cfg, fab = st.cfg, st.fabric
         tau, fm = cfg.baseline_tau_ms, st.fresh_m
         lp = fab.lane_port
-        # a transmitter whose receiver is flagged keeps its tx/bias baseline too: a slowly dying laser must
-        # not become its own new normal while the far end's alert is open (tx-vs-contamination test)
-        peer = fab.peer[lp]
-        tx_frozen = flagged[lp] | np.where(peer >= 0, flagged[np.maximum(peer, 0)], False)
-        st.base["rx"].update(f.rx, at_ms, tau, fm["optic_rx_power_dbm"], flagged[lp])
-        st.base["tx"].update(f.tx, at_ms, tau, fm["optic_tx_power_dbm"], tx_frozen)
-        st.base["bias"].update(f.bias, at_ms, tau, fm["optic_tx_bias_amperes"], tx_frozen)
-        no_flap = ~(np.nan_to_num(f.flaps, nan=0.0) > 0)
-        st.base["logber"].update(f.log_ber, at_ms, tau, fresh["ber_degradation"] & no_flap, flagged)
-        st.base["temp"].update(f.temp, at_ms, tau, fm["optic_temperature_celsius"], flagged)
+        # a baseline update without a fresh entity changes nothing (RobustBaseline.update): skipped, as are the
+        # reservoir's rows (only fresh ports give one); most cycles of a replay bring no new sample at all
+        if fm["optic_tx_power_dbm"].any() or fm["optic_tx_bias_amperes"].any():
+            # a transmitter whose receiver is flagged keeps its tx/bias baseline too: a slowly dying laser must
+            # not become its own new normal while the far end's alert is open (tx-vs-contamination test)
+            peer = fab.peer[lp]
+            tx_frozen = flagged[lp] | np.where(peer >= 0, flagged[np.maximum(peer, 0)], False)
+            st.base["tx"].update(f.tx, at_ms, tau, fm["optic_tx_power_dbm"], tx_frozen)
+            st.base["bias"].update(f.bias, at_ms, tau, fm["optic_tx_bias_amperes"], tx_frozen)
+        if fm["optic_rx_power_dbm"].any():
+            st.base["rx"].update(f.rx, at_ms, tau, fm["optic_rx_power_dbm"], flagged[lp])
+        if fresh["ber_degradation"].any():
+            no_flap = ~(nan_num(f.flaps, nan=0.0) > 0)
+            st.base["logber"].update(f.log_ber, at_ms, tau, fresh["ber_degradation"] & no_flap, flagged)
+        if fm["optic_temperature_celsius"].any():
+            st.base["temp"].update(f.temp, at_ms, tau, fm["optic_temperature_celsius"], flagged)
         # training reservoir: a deterministic sample of clean rows per cohort
-        clean = np.flatnonzero(~flagged & fresh["anomaly"] & np.isfinite(X).any(axis=1)
-                               & (np.nan_to_num(f.oper_up, nan=1.0) > 0))
-        take = reservoir_take(clean, st.obs_t["anomaly"], int(attribution._secs(at_ms)), fab.cohort,
-                              np.bincount(fab.cohort, minlength=len(fab.cohort_names)), cfg)
-        if len(take):
-            self._reservoir_add(st, X[take], fab.cohort[take])
+        if fresh["anomaly"].any():
+            clean = np.flatnonzero(~flagged & fresh["anomaly"] & np.isfinite(X).any(axis=1)
+                                   & (nan_num(f.oper_up, nan=1.0) > 0))
+            take = reservoir_take(clean, st.obs_t["anomaly"], int(attribution._secs(at_ms)), fab.cohort,
+                                  np.bincount(fab.cohort, minlength=len(fab.cohort_names)), cfg)
+            if len(take):
+                self._reservoir_add(st, X[take], fab.cohort[take])
         if st.first_cycle_ms is None:
             st.first_cycle_ms = at_ms
         due = (st.last_train_ms is None and at_ms - st.first_cycle_ms >= cfg.if_min_history_ms) or \

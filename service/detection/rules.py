@@ -180,6 +180,8 @@ def fresh_kinds(st: FeatureState) -> tuple[dict[str, np.ndarray], dict[str, np.n
         obs_ms[kind] = np.zeros(P, np.int64)
         fewest = np.full(P, np.iinfo(np.int64).max)
         for m in metrics:
+            if port_fresh[m] is none:  # nothing new: adds nothing to any of the three
+                continue
             fresh[kind] |= port_fresh[m]
             obs_ms[kind] = np.maximum(obs_ms[kind], port_ts[m])
             fewest = np.where(port_fresh[m], np.minimum(fewest, port_n[m]), fewest)
