@@ -14,10 +14,11 @@ Goal (detection.md brief): one cycle <= 10 s on 2 cores.
         [--gpus 6656] [--cycles 5]
 
 The live cycle's detector-state load and save against PostgreSQL (a scratch database, dropped at the end), side
-by side in one run: each cycle, the same samples go to a state that is read and written whole every cycle
-(store.load_state/save_state, as before 2026-12-04) and to one kept in the process between cycles
-(store.StateCache: read only when another process wrote it). Reports wall and CPU time (this process's and the
-database backend's) of each load and save. --gpus 6656 is 19,968 ports.
+by side in one run; each cycle the same samples go to three states: `before` is read and written whole every
+cycle as a plain npz (as before 2026-12-04), `reload` is read and written whole every cycle in today's format
+(what a cycle pays after a start or a pod move), `after` is today's live cycle (store.StateCache: kept in the
+process, read only when another process wrote it). Reports wall and CPU time (this process's and the database
+backend's) of each load and save. --gpus 6656 is 19,968 ports.
 """
 
 from __future__ import annotations
@@ -152,6 +153,19 @@ class Clock:
                                                 for i in range(3)))
 
 
+def save_plain_npz(conn: Connection, name: str, st: FeatureState) -> None:
+    """store.save_state as it was before 2026-12-04: the state as a plain (stored, not deflated) npz."""
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf, **st.saved_arrays())
+    conn.execute(text(
+        "INSERT INTO detector_state (name, watermark_ms, last_cycle_ms, ports, saved_at, blob) "
+        "VALUES (:n, :w, :c, :p, now(), :b) ON CONFLICT (name) DO UPDATE SET watermark_ms = excluded.watermark_ms, "
+        "last_cycle_ms = excluded.last_cycle_ms, ports = excluded.ports, saved_at = now(), blob = excluded.blob"),
+        {"n": name, "w": st.watermark_ms or 0, "c": st.last_cycle_ms, "p": st.fabric.P, "b": buf.getvalue()})
+
+
 def state_io(url: str, gpus: int, cycles: int) -> None:
     """Load and save of the detector state per live cycle: whole every cycle vs kept in the process."""
     from sqlalchemy import create_engine
@@ -160,7 +174,7 @@ def state_io(url: str, gpus: int, cycles: int) -> None:
     from service.detection.store import StateCache, load_state, save_state
 
     admin = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT")
-    scratch = "fw_bench_state_io"
+    scratch = f"fw_bench_state_io_{os.getpid()}"
     with admin.connect() as c:
         c.execute(text(f"DROP DATABASE IF EXISTS {scratch}"))
         c.execute(text(f"CREATE DATABASE {scratch}"))
@@ -171,23 +185,30 @@ def state_io(url: str, gpus: int, cycles: int) -> None:
         fab = build(gpus)
         print(f"fabric: {fab.P:,} ports, {fab.L:,} lanes; load average {os.getloadavg()[0]:.1f}")
         syn, cfg, clock, cache = Synth(fab), Config(), Clock(), StateCache()
-        engines = {"before": Engine(), "after": Engine()}
+        modes = ("before", "reload", "after")
+        engines = {mode: Engine() for mode in modes}
         for i in range(cycles + 1):  # the first cycle writes the first state (and the cache holds none yet)
             batch = syn.batch()
-            for mode in ("before", "after"):
+            for mode in modes:
                 with db.begin() as conn:
                     with clock(f"{mode}: load", conn):
-                        st = load_state(conn, mode, fab, cfg) if mode == "before" else cache.take(conn, mode, fab, cfg)
+                        st = cache.take(conn, mode, fab, cfg) if mode == "after" else load_state(conn, mode, fab, cfg)
                     st = st if st is not None else FeatureState(fab, cfg)
                     st.observe(batch)
                     st.watermark_ms = syn.t
                     engines[mode].run_cycle(st, syn.t)
                     with clock(f"{mode}: save", conn):
-                        save_state(conn, mode, st) if mode == "before" else cache.save(conn, mode, st)
+                        if mode == "before":
+                            save_plain_npz(conn, mode, st)
+                        elif mode == "reload":
+                            save_state(conn, mode, st)
+                        else:
+                            cache.save(conn, mode, st)
             if i == 0:
                 clock.spent.clear()
-                blob = db.connect().execute(text("SELECT length(blob) FROM detector_state LIMIT 1")).scalar_one()
-                print(f"state blob: {blob / 1e6:.0f} MB ({blob / fab.P / 1e3:.1f} kB per port)")
+                with db.connect() as conn:
+                    for name, size in conn.execute(text("SELECT name, length(blob) FROM detector_state ORDER BY 1")):
+                        print(f"state blob ({name}): {size / 1e6:.0f} MB ({size / fab.P / 1e3:.2f} kB per port)")
         clock.report()
         print(f"states read from the database by the cache: {cache.loads} in {cycles} cycles; "
               f"load average now {os.getloadavg()[0]:.1f}")

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from service.detection.service import detect_at, detect_in, load_fabric
-from service.detection.state import Config
+from service.detection.state import Config, FeatureState
 from service.detection.store import StateCache, load_state
 from tests.detection.test_live import SPEC, T0, load_history
 from tests.paths import REPO
@@ -164,3 +164,25 @@ def test_another_fabric_or_config_reads_the_state_again(db: Engine) -> None:
     assert cache.loads == 2
     detect_at(db, TIMES[3], states=cache, config=Config(stale_ms=1_800_000))
     assert cache.loads == 3
+
+
+def test_the_state_is_stored_deflated_and_a_plain_one_still_loads(db: Engine) -> None:
+    """The stored state is an npz deflated member by member (np.load reads it as any other: load_coverage, the
+    pod move); one saved before, a plain npz, loads to the same state."""
+    import zipfile
+
+    load_history(db, SPEC, 20)
+    cache = StateCache()
+    for t in TIMES[:3]:
+        detect_at(db, t, states=cache)
+    (_, held), = cache._held.values()
+    with db.connect() as c:
+        blob = bytes(c.execute(text("SELECT blob FROM detector_state WHERE name = 'default'")).scalar_one())
+        fab = load_fabric(c)
+    with zipfile.ZipFile(io.BytesIO(blob)) as z:
+        assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_DEFLATED}
+    plain = io.BytesIO()
+    np.savez(plain, **held.saved_arrays())
+    assert len(blob) * 2 < len(plain.getvalue())
+    assert differences(FeatureState.from_bytes(plain.getvalue(), fab), FeatureState.from_bytes(blob, fab)) == []
+    assert differences(FeatureState.from_bytes(blob, fab), held) == []
