@@ -32,8 +32,11 @@ from service.shards.views import fleet_topology
 from service.telemetry import remote_write_views
 from service.telemetry import views as telemetry_views
 
-ROUTERS = (health.router, noc_views.router, inventory_views.router, fleet_views.router, telemetry_views.router,
-           alert_views.router, notify_views.router, am_views.router, am_views.status_router, incident_views.router,
+# A request is matched against the routes in this order, one by one (FastAPI's matching costs a few us a
+# route): the pollers' reads, /alerts and /series, come right after the probes. No path of theirs is also
+# another router's (checked when this order was set, 2026-12-04).
+ROUTERS = (health.router, alert_views.router, telemetry_views.router, noc_views.router, inventory_views.router,
+           fleet_views.router, notify_views.router, am_views.router, am_views.status_router, incident_views.router,
            drain_views.router, kpi_views.router, nccl_views.router, auth_views.router, events.router,
            remote_write_views.router)
 

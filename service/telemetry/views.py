@@ -10,12 +10,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import Field
 from pydantic_core import to_json
+from sqlalchemy import Engine
 from starlette.concurrency import run_in_threadpool
 
-from service.api.auth import ReadScope, require
+from service.api.auth import ReadScope, authorize, require
 from service.api.deps import EngineDep, SettingsDep
 from service.api.params import QueryModel, read_query, time_query, time_range
 from service.api.problems import Problem
+from service.config import Settings
 from service.db import read_retrying
 from service.inventory.schemas import EndpointProtocol
 from service.observability import INGEST_ERRORS
@@ -91,12 +93,18 @@ class SeriesQuery(QueryModel):
     raw: bool = False
 
 
-# Registered before its documentation twin below, so it is the one that answers: its parameters are read by
-# `read_query` (one model validation) rather than FastAPI's per-parameter solving (service/api/params.py).
+# Registered before its documentation twin below, so it is the one that answers. It declares nothing for
+# FastAPI to solve but the request: the parameters are one model validation (`read_query`), the scope check
+# and the engine are read from the request (as for /alerts: service/alerts/views.py).
 @router.get("/series", include_in_schema=False)
-def answer_series(request: Request, engine: EngineDep, settings: SettingsDep, response: Response,
-                  _: ReadScope) -> Response:
+async def answer_series(request: Request) -> Response:
+    await authorize(request, "read")
     q = read_query(request, SeriesQuery)
+    return await run_in_threadpool(_series, request.app.state.engine, request.app.state.settings, q)
+
+
+def _series(engine: Engine, settings: Settings, q: SeriesQuery) -> Response:
+    response = Response()  # say_missing sets its header on it
     if catalogue.get(q.metric) is None:
         raise Problem(404, "Unknown metric", f"{q.metric!r} is not in the metric catalogue")
     t_start, t_end = time_range(q.start, q.end, timedelta(hours=1))
