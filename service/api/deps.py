@@ -8,7 +8,6 @@ from fastapi import Depends, Request
 from sqlalchemy import Engine
 
 from service.config import Settings
-from service.db import AsyncReads
 
 
 # `async def`, though nothing here waits: FastAPI runs a plain `def` dependency in its thread pool, and
@@ -21,10 +20,5 @@ async def get_settings_dep(request: Request) -> Settings:
     return request.app.state.settings
 
 
-async def get_async_reads_dep(request: Request) -> AsyncReads:
-    return request.app.state.async_reads
-
-
 EngineDep = Annotated[Engine, Depends(get_engine_dep)]
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
-AsyncReadsDep = Annotated[AsyncReads, Depends(get_async_reads_dep)]
