@@ -99,9 +99,21 @@ def db(engine: Engine) -> Iterator[Engine]:
     yield engine
 
 
+def worker_redis_url() -> str | None:
+    """The configured Redis, on a database of its own per pytest-xdist worker (gw0 keeps the configured
+    one), so that parallel workers never take each other's Celery tasks."""
+    configured = os.environ.get("FABRICWATCH_TEST_REDIS_URL")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    if not configured or worker == "gw0":
+        return configured
+    url = make_url(configured)
+    base = int(url.database or 0)
+    return url.set(database=str((base + int(worker.removeprefix("gw"))) % 16)).render_as_string(hide_password=False)
+
+
 @pytest.fixture(scope="session")
 def broker_url(db_url: str) -> str:
     """The Celery broker: the configured Redis, else the embedded default (SQLAlchemy transport)."""
     from service.embedded import broker_url_for
 
-    return os.environ.get("FABRICWATCH_TEST_REDIS_URL") or broker_url_for(db_url)
+    return worker_redis_url() or broker_url_for(db_url)

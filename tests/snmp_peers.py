@@ -63,7 +63,7 @@ class Peer:
     log: Path
     extra: dict[str, str] = field(default_factory=dict)
 
-    def wait_ready(self, timeout_s: float = 30.0) -> None:
+    def wait_ready(self, timeout_s: float = 90.0) -> None:  # snmpsim indexes its walks first: slow on a busy box
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
             if self.proc is not None and self.proc.poll() is not None:

@@ -31,6 +31,7 @@ def _regex(name: str, value: str, is_equal: bool = True) -> dict[str, object]:
     return {"name": name, "value": value, "is_regex": True, "is_equal": is_equal}
 
 
+@pytest.mark.serial
 def test_catastrophic_pattern_does_not_stall_the_cycle(client: TestClient, db: Engine) -> None:
     # On Python's backtracking `re`, (.|.)*y against 25 x's takes seconds (it doubles per character).
     r = client.post("/api/v1/silences", json={**SILENCE, "matchers": [_regex("port", "(.|.)*y")]})

@@ -132,6 +132,7 @@ def _post_raw(base: str, path: str, size: int, *, send_body: bool, token: str | 
     return status, headers, body, elapsed
 
 
+@pytest.mark.serial
 def test_unauthenticated_large_post_is_refused_before_the_body_is_read(db: Engine, db_url: str) -> None:
     size = 36 * MIB
     with live_api(load_settings(database_url=db_url)) as base:

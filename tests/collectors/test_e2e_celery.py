@@ -67,10 +67,10 @@ def inventory(snmp_port: int, dead_port: int, gnmi_port: int, dcgm_url: str, que
 
 
 @pytest.fixture()
-def worker_env(db_url: str) -> dict[str, str]:
+def worker_env(db_url: str, broker_url: str) -> dict[str, str]:
     env = {**os.environ, "FABRICWATCH_DATABASE_URL": db_url, "FW_E2E_COMMUNITY": "arista",
            "FABRICWATCH_LOG_LEVEL": "WARNING"}
-    redis = os.environ.get("FABRICWATCH_TEST_REDIS_URL")
+    redis = broker_url if broker_url.startswith("redis") else None
     if redis:
         env["FABRICWATCH_REDIS_URL"] = redis
     else:

@@ -113,6 +113,7 @@ def test_every_typed_value_kind_round_trips_to_canonical_values(switch) -> None:
     assert decode_typed_value(resp.notification[1].update[0].val) == ["a", 2, 0.5]
 
 
+@pytest.mark.serial
 def test_get_poll_reports_paths_the_platform_lacks_as_warnings(switch) -> None:
     port, _, _ = switch
     r = get_collector("gnmi")(tgt(port), now_ms=0)
@@ -250,6 +251,7 @@ def test_bad_password_is_a_clear_error_without_the_secret() -> None:
     assert "hunter2" not in r.error and "hunter2" not in repr(bad)
 
 
+@pytest.mark.serial
 def test_unreachable_and_hanging_targets_time_out_and_do_not_stop_others() -> None:
     with serve_gnmi(lambda: switch_data()) as (good_port, _), \
             serve_gnmi(lambda: switch_data()) as (hang_port, hanging):

@@ -148,6 +148,7 @@ def test_v3_engine_is_reused_across_polls(snmpd: Peer) -> None:
     assert engines == before  # same credentials: the same engine, nothing new built
 
 
+@pytest.mark.serial
 def test_v3_wrong_auth_key_reports_usm_failure(snmpd: Peer) -> None:
     t0 = time.monotonic()
     res = collect_snmp(v3(snmpd.port, "not-the-auth-key", V3["priv_key"]), now_ms=1)
@@ -163,6 +164,7 @@ def test_v3_wrong_priv_key_is_a_clear_error(snmpd: Peer) -> None:
     assert not res.ok and "privacy key" in res.error and "not-the-priv-key" not in res.error
 
 
+@pytest.mark.serial
 def test_hung_agent_times_out_within_budget(silent: int) -> None:
     t = Target(name="hung", device="hung", protocol="snmp", port=silent, secrets={"community": "public"},
                timeout_s=0.4, retries=1)
@@ -174,6 +176,7 @@ def test_hung_agent_times_out_within_budget(silent: int) -> None:
     assert took < 0.4 * 2 + 3.0, took  # bounded by the timeout, with slack for a loaded CI machine
 
 
+@pytest.mark.serial
 def test_one_bad_target_does_not_stop_the_others(sim: Peer, silent: int) -> None:
     closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     closed.bind(("127.0.0.1", 0))

@@ -28,7 +28,7 @@ from tests.notify.test_delivery import subscribe
 from tests.receiver import BlackHole, Receiver
 from tests.snmp_peers import Peer, silent_udp_socket, start_snmpsim
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(180)]
 
 INTERVAL_S = 5.0
 RUN_S = 30.0

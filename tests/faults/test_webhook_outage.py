@@ -22,7 +22,7 @@ from tests.faults.peers import CountingWorker, PrivateRedis
 from tests.notify.test_delivery import subscribe
 from tests.receiver import Receiver
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(180)]
 
 SCALE = 60.0
 DOWN_S = 10.0  # = 10 minutes at the default settings

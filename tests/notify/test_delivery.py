@@ -119,14 +119,13 @@ def test_several_workers_never_send_the_same_row(db: Engine, receiver: Receiver)
     open_alerts(db, 8)
     receiver.delay_s = 0.15  # rows stay locked while being sent
     threads = [threading.Thread(target=deliver_due, args=(db,), kwargs={"settings": FAST}) for _ in range(4)]
-    t0 = time.monotonic()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     keys = [r.headers["idempotency-key"] for r in receiver.bodies()]
     assert len(keys) == 8 and len(set(keys)) == 8
-    assert time.monotonic() - t0 < 8 * 0.15  # and they did work in parallel
+    assert receiver.max_in_flight > 1  # and they did work in parallel (not one after another, by load)
     with db.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM webhook_deliveries")).scalar() == 8
 
@@ -180,6 +179,7 @@ def test_filters_and_formats_per_subscription(db: Engine, receiver: Receiver) ->
     assert b'"event_action":"acknowledge"' in pd[1].body
 
 
+@pytest.mark.serial
 def test_a_hung_receiver_delays_no_one_else(db: Engine) -> None:
     """Old behaviour: one row at a time, so every healthy row behind a hung one waited its time-out."""
     settings = replace(FAST, timeout_s=2.0, backoff_base_s=60.0, backoff_max_s=60.0)  # one attempt each

@@ -133,6 +133,7 @@ def test_plaintext_rows_are_sealed_by_the_next_delivery_round(db: Engine, key_a:
     assert verified(receiver.bodies()[0], SECRET)
 
 
+@pytest.mark.serial
 def test_a_wrong_or_malformed_key_is_a_clear_error_not_a_crash(db: Engine, db_url: str, key_a: str,
                                                                 receiver: Receiver,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,6 +28,7 @@ def _delivered(db: Engine) -> int:
         return conn.execute(text("SELECT count(*) FROM webhook_outbox WHERE status = 'delivered'")).scalar_one()
 
 
+@pytest.mark.serial
 def test_celery_worker_delivers_the_outbox(db: Engine, db_url: str, broker_url: str,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FABRICWATCH_WEBHOOK_ALLOW", "127.0.0.1/32")

@@ -312,6 +312,7 @@ def test_a_stopped_shard_leaves_its_pods_out_of_the_panels_and_names_them(dashbo
     assert _as_grafana(dashboards["sharded"], "SELECT * FROM missing_pods") == []
 
 
+@pytest.mark.serial
 def test_a_shard_that_never_answers_costs_a_panel_one_connect_timeout(dashboards: dict[str, str],
                                                                       cluster: Cluster) -> None:
     """Shard b's server address accepts the TCP connection and never answers (a listening socket nobody

@@ -111,6 +111,7 @@ def community(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+@pytest.mark.serial
 def test_each_step_carries_its_wall_seconds_of_traffic(tmp_path: Path, community: None) -> None:
     """Stepped by hand at the demo's speedup: a step of D data seconds stands for D / 10 wall seconds.
 
@@ -139,6 +140,7 @@ def test_each_step_carries_its_wall_seconds_of_traffic(tmp_path: Path, community
     assert {r.protocol for r in util} == {"snmp", "gnmi", "host"}
 
 
+@pytest.mark.serial
 def test_live_clock_rates_stay_physical(tmp_path: Path, community: None) -> None:
     """The running clock (as in the demo, sped up to pass the faults quickly), polled as the worker polls.
 
@@ -166,6 +168,7 @@ def test_live_clock_rates_stay_physical(tmp_path: Path, community: None) -> None
     assert storm and storm[0].share > 0.5, storm[:3]
 
 
+@pytest.mark.serial
 def test_counters_grow_with_the_clock_between_steps(tmp_path: Path) -> None:
     """Between steps (1 s apart) the served counters keep growing, read through the ethtool shim."""
     with serve_fabric(DEMO_SCENARIO, start=T0, speedup=10, base_dir=tmp_path, tick_s=1.0, snmp=False,
