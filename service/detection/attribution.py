@@ -14,6 +14,7 @@ condition as it was (docs/detection.md, "Observations"). Attribution follows the
 | bias rising at the transmitter (own DOM)                | TX_WEAROUT       | local     | replace local   |
 | recoveries / error bursts / flaps, powers normal        | LOOSE_MODULE     | local     | reseat          |
 | >= 5 flaps within 30 min of data time, not a loose module | FLAP_STORM      | link      | disable port    |
+| the same (or a down link) under an open optical episode, or lit but weak | the optical cause's alert |  |  |
 | >= 30 % of one device's ports at once                   | SHARED_COMPONENT | device    | escalate device |
 | uncorrectable codewords / symbol errors, optics normal  | POST_FEC         | local     | replace cable/module |
 | stall counters or ~100 % tx pause with rx ~0 (host)     | NIC_PAUSE_STORM  | host      | drain host      |
@@ -48,6 +49,9 @@ KN: dict[str, tuple[int, int]] = {
     "dom_threshold": (2, 3), "bias_drift": (2, 3), "anomaly": (4, 5), "link_down": (1, 1),
 }
 SHARED_KN = (2, 4)
+# link-symmetric conditions both ends observe (each from its own polls): one finding per link, kept on the end that
+# opened it for as long as the condition holds at either end
+LINK_KINDS = ("flap_storm", "link_down")
 assert max(n for _, n in (*KN.values(), SHARED_KN)) <= HIST
 PHYSICAL_RAW = ("optical_degradation", "post_fec_errors", "flap_storm", "ber_degradation", "loose_module",
                 "anomaly", "link_down")
@@ -131,7 +135,10 @@ def persist(st: FeatureState, raw: dict[str, np.ndarray], fresh: dict[str, np.nd
         start = fr & r & (on == 0)
         on[start] = np.maximum(obs_ms.get(kind, np.zeros(len(r), np.int64))[start], 1)
         on[start & (on <= 1)] = at_ms
-        on[~(firing[kind] | holding[kind]) & (count == 0)] = 0
+        live = firing[kind] | holding[kind]
+        if kind in LINK_KINDS:  # the end that opened the link's finding keeps its onset while the far end holds
+            live = _either_end(live, st.fabric.peer)
+        on[~live & (count == 0)] = 0
     return firing, holding, eff
 
 
@@ -302,6 +309,14 @@ class Builder:
                                 ("roce_timeouts_per_s", f.roce_timeout_rate),
                                 ("roce_icrc_errors_per_s", f.icrc_rate)) if np.isfinite(x[nic])]
 
+    def symptom(self, kind: str, p: int) -> None:
+        """Add to the optical finding just built the flap storm or down link (`kind`, on port p's link) it explains:
+        its summary and evidence, and PAGE (the link is dropping traffic)."""
+        opt = self.out.pop()
+        summary, ev = _summary(self, kind, p)
+        self.out.append(dc_replace(opt, severity=Severity.PAGE, summary=f"{opt.summary}. It takes the link down: "
+                                   f"{summary}", evidence=opt.evidence + ev))
+
     # -- optical ----------------------------------------------------------------------------
     def optical(self, p: int, state: str, kind: str = "optical_degradation", lane_deg: np.ndarray | None = None
                 ) -> None:
@@ -414,10 +429,39 @@ def lit_but_weak(st: FeatureState, f: Features, p: int) -> tuple[int, np.ndarray
     return best, lanes_out
 
 
-def link_dedupe(mask: np.ndarray, score: np.ndarray, peer: np.ndarray, onset: np.ndarray | None = None
-                ) -> np.ndarray:
+def optical_symptoms(st: FeatureState, f: Features, active: dict[str, np.ndarray], opt_open: np.ndarray,
+                     down: np.ndarray) -> dict[int, tuple[str, int]]:
+    """Flap storms and down links that an optical loss explains: {receiver: (kind, port of the storm or down link)}.
+
+    A storm's link is explained when either end has an open optical episode, or when the link is not down (`down`)
+    and light still arrives, weak, at one end (lit_but_weak: a fiber or connector loss wobbling across the
+    receiver's loss of signal; a down link's observation can mix dark and lit readings); a down link only when an
+    episode was open (a link that an optical loss takes down at once stays a link-down finding with the optical
+    cause). The receiver is the weak end, else the end whose episode is open."""
+    fab = st.fabric
+    out: dict[int, tuple[str, int]] = {}
+    for kind in ("flap_storm", "link_down"):
+        for p in np.flatnonzero(active[kind]).tolist():
+            q = int(fab.peer[p])
+            ends = (p, q) if q >= 0 else (p,)
+            if any(x in out for x in ends):
+                continue
+            r, _ = lit_but_weak(st, f, p)
+            opened = [x for x in ends if opt_open[x]]
+            if r < 0 or ((kind == "link_down" or down[p]) and not opt_open[r]):
+                if not opened:
+                    continue
+                r = r if r >= 0 and opt_open[r] else opened[0]
+            out[r] = (kind, p)
+    return out
+
+
+def link_dedupe(mask: np.ndarray, score: np.ndarray, peer: np.ndarray, onset: np.ndarray | None = None,
+                by_score: bool = True) -> np.ndarray:
     """Keep one end per link for link-symmetric conditions: the end where the condition held first (so the
-    finding does not hop between ends as their scores cross), then the higher score, ties to the lower index."""
+    finding does not hop between ends as their scores cross), then (`by_score`) the higher score, ties to the lower
+    index. Without `by_score`, equal onsets go to the lower index: a choice no later cycle changes (both ends of
+    a link count its flaps, each from its own polls, so their scores cross)."""
     keep = mask.copy()
     idx = np.flatnonzero(mask)
     q = peer[idx]
@@ -428,6 +472,8 @@ def link_dedupe(mask: np.ndarray, score: np.ndarray, peer: np.ndarray, onset: np
     o = np.where(onset[idx] > 0, onset[idx], np.iinfo(np.int64).max)
     oq = onset[np.maximum(q, 0)]
     oq = np.where(oq > 0, oq, np.iinfo(np.int64).max)
+    if not by_score:
+        s = sq = np.zeros(len(idx))
     lose = both & ((oq < o) | ((oq == o) & ((sq > s) | ((sq == s) & (q < idx)))))
     keep[idx[lose]] = False
     return keep
@@ -506,9 +552,9 @@ def _summary(b: Builder, kind: str, p: int) -> tuple[str, list[Evidence]]:
                      "strongest lane, far end")])
     if kind == "flap_storm":
         win = st.cfg.flap_storm_window_s
-        n = int(f.flaps_window[p])
-        many = f"{n}" if n < st.flaps.t.shape[1] else f"{n} or more"
         q = int(st.fabric.peer[p])
+        n = int(max(f.flaps_window[p], f.flaps_window[q] if q >= 0 else 0))  # either end's count: the link's storm
+        many = f"{n}" if n < st.flaps.t.shape[1] else f"{n} or more"
         since = max(int(st.down_since[p]), int(st.down_since[q]) if q >= 0 else 0)
         down = f"; the link is down since {_utc(since)}" if since > 0 else ""
         if since > 0 and n < st.cfg.flap_storm_count:  # the storm's flaps have left the window: still down
@@ -584,7 +630,10 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
     link_down = _either_end(active["link_down"], fab.peer)
     # a link that went down at the end of a flap storm: the storm is the cause (a 15 min cycle reads the storm and
     # the down run at once; a 60 s one saw the storm first), and its finding says the link is down for as long as
-    # it stays down, after its flaps have left the window too: one alert, not a storm page then a link-down page
+    # it stays down, after its flaps have left the window too: one alert, not a storm page then a link-down page.
+    # (First: the ports with an optical episode open, before a down link hides it; a post-FEC alert carrying one too)
+    opt_open = active["optical_degradation"] | st.latched["optical_degradation"] | \
+        (st.onset["optical_degradation"] > 0) | st.pf_carry
     st.storm_down &= link_down
     storm_left = st.storm_down & ~active["flap_storm"]
     if storm_left.any():
@@ -597,6 +646,23 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
         for k in active:
             if k != "link_down":
                 active[k] = active[k] & ~down
+    # a flap storm (or a down link) that an optical loss explains is that optical episode's symptom, not a fault of
+    # its own: a lane wobbling across loss of signal drops the link at every poll that catches it under (10 s polls
+    # see a storm). It joins the optical alert of the receiver, with the storm as evidence, at neither end a page
+    joined = optical_symptoms(st, f, active, opt_open, link_down)
+    for x, (kind, _) in joined.items():
+        q = int(fab.peer[x])
+        for k in ("flap_storm", "link_down"):
+            active[k][x] = False
+            if q >= 0:
+                active[k][q] = False
+        st.storm_down[x] = storm_left[x] = False
+        if q >= 0:
+            st.storm_down[q] = storm_left[q] = False
+        active["optical_degradation"][x] = True
+        if firing[kind][x] or (q >= 0 and firing[kind][q]):
+            firing = {**firing, "optical_degradation": firing["optical_degradation"].copy()}
+            firing["optical_degradation"][x] = True
     # a BER rise seen before the optics have been read since it began waits for that reading (at most one optics
     # poll: a DOM poll every 15 min trails counters every 10 s), so a dirty connector is called by its rx drop
     if "ber_degradation" in active:
@@ -638,8 +704,12 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
             active[k] = active[k] & ~shared_links
     for k in ("flap_storm", "loose_module", "link_down"):
         if k in active:
-            active[k] = link_dedupe(active[k] & ~storm_left if k == "flap_storm" else active[k], cond.score[k],
-                                    fab.peer, st.onset[k])
+            m = active[k] & ~storm_left if k == "flap_storm" else active[k]
+            if k in LINK_KINDS:  # the end that opened it (its onset kept) goes on while either end holds
+                opened = _either_end(m, fab.peer) & (st.onset[k] > 0) & ~active[k]
+                m = m | opened
+                firing = {**firing, k: firing[k] | (opened & _either_end(firing[k], fab.peer))}
+            active[k] = link_dedupe(m, cond.score[k], fab.peer, st.onset[k], by_score=k not in LINK_KINDS)
     active["flap_storm"] |= storm_left  # the end whose storm alert goes on
     st.storm_down |= active["flap_storm"] & link_down
     for d in np.flatnonzero(dev_fire | dev_hold).tolist():
@@ -668,11 +738,15 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
             state = "firing" if firing[kind][p] else "holding"
             if kind == "optical_degradation":
                 b.optical(p, state)
+                if p in joined:
+                    b.symptom(*joined[p])
                 continue
             if kind == "post_fec_errors":
                 if p in carried:  # the optics explain the errors that alerted first: that alert, their cause
                     both = firing[kind][p] or opt_state[0][p]
                     b.optical(p, "firing" if both else "holding", kind="post_fec_errors")
+                    if p in joined:
+                        b.symptom(*joined[p])
                     continue
                 if st.last_raw["optical_degradation"][p]:  # the optics explain the errors: name their cause
                     b.optical(p, state)
