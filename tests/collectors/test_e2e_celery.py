@@ -48,7 +48,7 @@ def inventory(snmp_port: int, dead_port: int, gnmi_port: int, dcgm_url: str, que
         "devices": [
             {"name": "leaf-snmp", "kind": "switch", "role": "leaf", "ports": [{"name": p} for p in arista_ports],
              "endpoints": [{"protocol": "snmp", "port": snmp_port, "version": "2c", "queue": queue,
-                            "community": {"env": "FW_E2E_COMMUNITY"}, "intervals": fast, "timeout_s": 2}]},
+                            "community": {"env": "FW_E2E_COMMUNITY"}, "intervals": fast, "timeout_s": 10}]},
             {"name": "leaf-dead", "kind": "switch", "role": "leaf", "ports": [{"name": "Ethernet1"}],
              "endpoints": [{"protocol": "snmp", "port": dead_port, "version": "2c", "queue": queue,
                             "community": {"env": "FW_E2E_COMMUNITY"}, "intervals": fast, "timeout_s": 0.5,
@@ -107,6 +107,13 @@ def _collections(db: Engine, device: str) -> int:
             {"d": device}).scalar_one()
 
 
+def _octets(db: Engine) -> int:
+    with db.connect() as conn:
+        return conn.execute(text(
+            "SELECT count(*) FROM samples x JOIN series s ON s.id = x.series_id JOIN devices d "
+            "ON d.id = s.device_id WHERE d.name = 'leaf-snmp' AND s.metric = 'port_rx_bytes_total'")).scalar_one()
+
+
 def test_worker_and_beat_collect_into_postgres(db: Engine, worker_env: dict[str, str],
                                                peers: tuple[int, int, int, str], tmp_path: Path) -> None:
     snmp_port, dead_port, gnmi_port, dcgm_url = peers
@@ -119,12 +126,12 @@ def test_worker_and_beat_collect_into_postgres(db: Engine, worker_env: dict[str,
         [sys.executable, "-m", "service.cli", "worker", "--beat", "-Q", f"fabricwatch,{queue}", "-c", "4"],
         env=worker_env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         good = ("leaf-snmp", "spine-gnmi", "gpu-001", "gpu-scrape")
         while time.monotonic() < deadline:
             status = _status(db)
             if all(status[d][0] is not None for d in good) and status["leaf-dead"][1] is not None \
-                    and all(_collections(db, d) >= 2 for d in good):
+                    and all(_collections(db, d) >= 2 for d in good) and _octets(db) > 0:
                 break
             assert worker.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
             time.sleep(1)
@@ -134,11 +141,7 @@ def test_worker_and_beat_collect_into_postgres(db: Engine, worker_env: dict[str,
                 f"{d}: {status[d]}\n{(tmp_path / 'worker.log').read_text()[-3000:]}"
         assert status["leaf-dead"][0] is None and status["leaf-dead"][2] >= 1
         assert "timed out" in status["leaf-dead"][1] or "no response" in status["leaf-dead"][1].lower()
-        with db.connect() as conn:
-            octets = conn.execute(text(
-                "SELECT count(*) FROM samples x JOIN series s ON s.id = x.series_id JOIN devices d "
-                "ON d.id = s.device_id WHERE d.name = 'leaf-snmp' AND s.metric = 'port_rx_bytes_total'")).scalar()
-        assert octets and octets > 0
+        assert _octets(db) > 0, (tmp_path / "worker.log").read_text()[-3000:]
     finally:
         worker.terminate()
         try:
