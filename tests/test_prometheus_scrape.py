@@ -103,8 +103,10 @@ def test_prometheus_scrapes_the_fabric_series_and_the_example_rules_work(
 
     with live_api(load_settings(database_url=db_url, auth_required=True)) as api:
         prom = prometheus_for(api, token)
-        up = query(prom, 'up{job="fabricwatch"}', lambda r: bool(r))
-        assert up[0]["value"][1] == "1"   # the token was accepted: a 401 would make up 0
+        # The token is accepted: a 401 keeps up at 0. Waited for, not read once: a scrape times out after its
+        # 1 s interval, which a loaded machine's first /metrics can take (up 0 for that one scrape).
+        up = query(prom, 'up{job="fabricwatch"}', lambda r: bool(r) and r[0]["value"][1] == "1")
+        assert len(up) == 1
         sev = query(prom, "fabricwatch:alerts_open:sum_by_severity", lambda r: len(r) == 3)
         assert {s["metric"]["severity"]: s["value"][1] for s in sev} == {"page": "2", "ticket": "1", "info": "0"}
         ports = query(prom, "fabricwatch:faulty_ports:count_by_pod_cause", lambda r: bool(r))
