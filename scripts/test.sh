@@ -30,9 +30,10 @@ fi
 bash scripts/audit.sh
 # With arguments: pytest as asked. Without: the suite in parallel workers (pytest-xdist; its tests wait on
 # servers, workers and peers more than on the CPU), then the tests marked `serial` alone: they assert
-# wall-clock bounds, which a loaded machine would break. FABRICWATCH_TEST_WORKERS sets the workers (4).
+# wall-clock bounds, which a loaded machine would break. FABRICWATCH_TEST_WORKERS sets the workers (4);
+# the 30 slowest are listed, to see where the time goes.
 if (($#)); then exec .venv/bin/python -m pytest "$@"; fi
 rc=0
-.venv/bin/python -m pytest -n "${FABRICWATCH_TEST_WORKERS:-4}" -m "not serial" || rc=$?
+.venv/bin/python -m pytest -n "${FABRICWATCH_TEST_WORKERS:-4}" -m "not serial" --durations=30 || rc=$?
 .venv/bin/python -m pytest -m serial || rc=$?
 exit "$rc"
