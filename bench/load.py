@@ -25,7 +25,9 @@ as this bench did before 2026-12-03 (every alert request a 200 with its page: 77
 
 The generator: one asyncio loop (uvloop) and bench/lean_http.py's keep-alive client, which costs about half
 of aiohttp's CPU per request (`--client aiohttp`: the one used before 2026-12-03). Each phase prints the
-generator's own CPU per request (its thread's CPU time): it runs on the same cores as the server.
+generator's own CPU per request (its thread's CPU time): it runs on the same cores as the server. And its
+process's garbage collections in the phase (count, total and longest pause): a pause is latency the server
+did not cause. What the process holds after seeding is frozen (gc.freeze), so they stay short.
 
 `--kinds N`: after the mix, each of the mix's four request kinds alone, N requests two at a time
 (closed loop, so a busy machine delays them but does not pile them up), `--kinds-rounds` times: CPU ms per
@@ -203,13 +205,25 @@ class Phase:
     def __init__(self, server: Any, db_url: str) -> None:
         self.server, self.db_url, self.meter = server, db_url, CpuMeter()
         self.generator_s = 0.0  # the load generator's thread, when the phase measures it
+        # This process's garbage collections (the generator's and the ingest thread's): each holds the GIL, so the
+        # generator neither sends nor reads meanwhile, and its requests' latency grows by as much.
+        self.gc_pauses: list[float] = []
+        self._gc_t0 = 0.0
+
+    def _gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_t0 = time.perf_counter()
+        else:
+            self.gc_pauses.append(time.perf_counter() - self._gc_t0)
 
     def __enter__(self) -> Phase:
         self.meter.sample(proc_tree(self.server) + backends(self.db_url))
         self.t0, self.m0 = time.monotonic(), psutil.cpu_times()
+        gc.callbacks.append(self._gc)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._gc)
         self.meter.sample(proc_tree(self.server) + backends(self.db_url))
         m1 = psutil.cpu_times()
         self.wall = time.monotonic() - self.t0
@@ -309,7 +323,9 @@ def main() -> None:
                   f"API + its database {1000 * phase.api_cores * phase.wall / n:.2f} CPU ms/request "
                   f"(ingest included), {phase.api_cores:.2f} cores over {phase.wall:.0f} s; machine busy "
                   f"{phase.machine_cores:.2f} of {os.cpu_count()} cores; generator ({args.client}) "
-                  f"{1000 * phase.generator_s / n:.2f} CPU ms/request, {phase.generator_s / phase.wall:.2f} cores")
+                  f"{1000 * phase.generator_s / n:.2f} CPU ms/request, {phase.generator_s / phase.wall:.2f} cores, "
+                  f"{len(phase.gc_pauses)} collections {1000 * sum(phase.gc_pauses):.0f} ms in all, the longest "
+                  f"{1000 * max(phase.gc_pauses, default=0):.1f} ms")
         report_kinds(args, kinds)
     finally:
         drop_db(args.server, url)
