@@ -29,6 +29,9 @@ generator's own CPU per request (its thread's CPU time): it runs on the same cor
 process's garbage collections in the phase (count, total and longest pause): a pause is latency the server
 did not cause. What the process holds after seeding is frozen (gc.freeze), so they stay short.
 
+Where the server's time goes: bench/api_trace (a `sitecustomize` that traces each worker's requests, thread-pool
+calls, collections and event-loop stalls; its docstring says how to run it and read the result).
+
 `--kinds N`: after the mix, each of the mix's four request kinds alone, N requests two at a time
 (closed loop, so a busy machine delays them but does not pile them up), `--kinds-rounds` times: CPU ms per
 request of each kind, API + its database, after the ingest stream has stopped (less what the idle phases
@@ -46,6 +49,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import json
 import os
 import platform
 import random
@@ -78,6 +82,9 @@ from ingest_soak import (  # bench scripts share the fabric; they are not a pack
 from lean_http import LeanClient, RequestFailed
 
 HISTORY_HOSTS = 8
+# With bench/api_trace on PYTHONPATH and FWTRACE_DIR set: each request's (kind, intended send time, latency),
+# written to FWTRACE_DIR/client.json at the end (perf_counter times, comparable with the workers' traces).
+TRACE: list[tuple[str, float, float]] | None = [] if os.environ.get("FWTRACE_DIR") else None
 
 
 def seed(url: str) -> None:
@@ -179,6 +186,8 @@ async def open_loop(base: str, rate: float, seconds: float, *, anchor: bool = Fa
             except (aiohttp.ClientError, RequestFailed, OSError, TimeoutError):
                 ok = False
             out[name].append(time.perf_counter() - due if ok else 10.0)
+            if TRACE is not None:
+                TRACE.append((name, due, out[name][-1]))
             if not ok:
                 out["errors"].append(1.0)
 
@@ -327,6 +336,8 @@ def main() -> None:
                   f"{len(phase.gc_pauses)} collections {1000 * sum(phase.gc_pauses):.0f} ms in all, the longest "
                   f"{1000 * max(phase.gc_pauses, default=0):.1f} ms")
         report_kinds(args, kinds)
+        if TRACE is not None:
+            Path(os.environ["FWTRACE_DIR"], "client.json").write_text(json.dumps(TRACE))
     finally:
         drop_db(args.server, url)
 
