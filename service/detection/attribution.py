@@ -92,18 +92,22 @@ def observe_history(hit: np.ndarray, t: np.ndarray, latched: np.ndarray, raw: np
     """
     H = hit.shape[1]
     sec = int(_secs(at_ms))
-    m = fresh.astype(np.int64) if count is None else np.where(fresh, np.clip(count, 1, n), 0)
-    h = np.where(raw, m, 0) if hits is None else np.clip(np.where(raw, hits, 0), 0, m)
-    for c in np.unique(m[m > 0]).tolist():
-        rows = np.flatnonzero(m == c)
-        hit[rows, :H - c] = hit[rows, c:]
-        t[rows, :H - c] = t[rows, c:]
-        t[rows, H - c:] = sec
-        hit[rows, H - c:] = np.arange(c)[None, :] >= (c - h[rows])[:, None]  # the misses first, then the hits
+    seen = bool(fresh.any())  # most replay cycles observe nothing: then nothing shifts, only the window ages
+    if seen:
+        m = fresh.astype(np.int64) if count is None else np.where(fresh, np.clip(count, 1, n), 0)
+        h = np.where(raw, m, 0) if hits is None else np.clip(np.where(raw, hits, 0), 0, m)
+        for c in np.unique(m[m > 0]).tolist():
+            rows: np.ndarray | slice = np.flatnonzero(m == c)
+            if len(rows) == len(m):  # every entity (a timed condition, each cycle): slices, not gathers
+                rows = slice(None)
+            hit[rows, :H - c] = hit[rows, c:]
+            t[rows, :H - c] = t[rows, c:]
+            t[rows, H - c:] = sec
+            hit[rows, H - c:] = np.arange(c)[None, :] >= (c - h[rows])[:, None]  # the misses first, then the hits
     recent = (t[:, H - n:] >= np.uint32(max(sec - window_ms // 1000, 0))) & (t[:, H - n:] > 0)
-    count_now = (hit[:, H - n:] & recent).sum(axis=1)
+    count_now = (hit[:, H - n:] & recent) @ np.ones(n, np.int64)  # per row; a third of .sum(axis=1)'s time here
     firing = count_now >= k
-    if now is not None:
+    if now is not None and seen:
         firing |= now & raw & fresh
     holding = latched & ~firing & (count_now >= 1)
     latched[:] = (latched | firing) & (count_now >= 1)
@@ -123,8 +127,12 @@ def persist(st: FeatureState, raw: dict[str, np.ndarray], fresh: dict[str, np.nd
     for kind, r in raw.items():
         k, n = KN.get(kind, (1, 1))
         fr = fresh.get(kind, np.ones(len(r), bool))
-        r = np.where(fr, r, st.last_raw[kind])
-        st.last_raw[kind][fr] = r[fr]
+        seen = bool(fr.any())  # nothing observed (most replay cycles): the raw value and the onsets stay
+        if seen:
+            r = np.where(fr, r, st.last_raw[kind])
+            st.last_raw[kind][fr] = r[fr]
+        else:
+            r = st.last_raw[kind].copy()
         eff[kind] = r
         firing[kind], holding[kind], count = observe_history(
             st.obs_hit[kind], st.obs_t[kind], st.latched[kind], r, fr, at_ms, k, n, win, now.get(kind),
@@ -132,9 +140,10 @@ def persist(st: FeatureState, raw: dict[str, np.ndarray], fresh: dict[str, np.nd
         # onset: the data time of the observation where the condition first held, kept while any of its recent
         # observations held or its finding is open
         on = st.onset[kind]
-        start = fr & r & (on == 0)
-        on[start] = np.maximum(obs_ms.get(kind, np.zeros(len(r), np.int64))[start], 1)
-        on[start & (on <= 1)] = at_ms
+        if seen:
+            start = fr & r & (on == 0)
+            on[start] = np.maximum(obs_ms.get(kind, np.zeros(len(r), np.int64))[start], 1)
+            on[start & (on <= 1)] = at_ms
         live = firing[kind] | holding[kind]
         if kind in LINK_KINDS:  # the end that opened the link's finding keeps its onset while the far end holds
             live = _either_end(live, st.fabric.peer)

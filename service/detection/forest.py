@@ -486,6 +486,8 @@ class ModelStore:
             s[moved], th[moved] = np.nan, np.nan  # no model: no score
             s[rows], th[rows] = pack.score(X[rows], k[rows]), pack.threshold[k[rows]]
             self.rows_scored += len(rows)
+        elif all(m is None for m in model_of):  # no model yet (a replay's first day): no scores, in one step
+            s[moved], th[moved] = np.nan, np.nan
         else:
             for ci in np.unique(cohort[moved]).tolist():
                 rows = np.flatnonzero(moved & (cohort == ci))

@@ -198,12 +198,13 @@ class GaugeTrack:
     def settle(self, at_ms: int, stale_ms: int) -> np.ndarray:
         """Move this cycle's window into the held observation; returns where it was new (fresh)."""
         fresh = self.w_n > 0
-        with np.errstate(invalid="ignore", divide="ignore"):
-            self.h_mean[fresh] = self.w_sum[fresh] / self.w_n[fresh]
-        self.h_ts[fresh] = self.last_ts[fresh]
-        if self.minmax:
-            self.h_min[fresh], self.h_max[fresh] = self.w_min[fresh], self.w_max[fresh]
-        stale = (self.h_ts > 0) & (at_ms - self.h_ts > stale_ms)
+        if fresh.any():  # most replay cycles bring no reading of a metric: nothing to move
+            with np.errstate(invalid="ignore", divide="ignore"):
+                self.h_mean[fresh] = self.w_sum[fresh] / self.w_n[fresh]
+            self.h_ts[fresh] = self.last_ts[fresh]
+            if self.minmax:
+                self.h_min[fresh], self.h_max[fresh] = self.w_min[fresh], self.w_max[fresh]
+        stale = (self.h_ts > 0) & (self.h_ts < at_ms - stale_ms)  # at - h_ts > stale_ms, one array op fewer
         if stale.any():
             self.h_mean[stale] = np.nan
             if self.minmax:
@@ -211,6 +212,8 @@ class GaugeTrack:
         return fresh
 
     def roll(self) -> None:
+        if not self.w_n.any():  # no reading this cycle: the window is as a roll leaves it (put moves all together)
+            return
         self.w_sum[:] = 0
         self.w_n[:] = 0
         if self.minmax:
@@ -328,15 +331,16 @@ class CounterTrack:
     def settle(self, at_ms: int, stale_ms: int) -> np.ndarray:
         """Move this cycle's known increase into the held observation; returns where it was new (fresh)."""
         fresh = self.acc_ms > 0
-        self.h_acc[fresh], self.h_ms[fresh], self.h_ts[fresh] = self.acc[fresh], self.acc_ms[fresh], \
-            self.last_ts[fresh]
-        if self.sub_ms:
-            with np.errstate(invalid="ignore", divide="ignore"):
-                rate = self.acc * 1000.0 / np.maximum(self.acc_ms, 1)
-            # no sub-window closed this cycle (cycles shorter than a sub-window): the cycle's own rate
-            self.h_pk[fresh] = np.where(np.isfinite(self.pk), self.pk, rate)[fresh]
-            self.h_lo[fresh] = np.where(np.isfinite(self.lo), self.lo, rate)[fresh]
-        stale = (self.h_ts > 0) & (at_ms - self.h_ts > stale_ms)
+        if fresh.any():  # most replay cycles bring no step of a counter: nothing to move
+            self.h_acc[fresh], self.h_ms[fresh], self.h_ts[fresh] = self.acc[fresh], self.acc_ms[fresh], \
+                self.last_ts[fresh]
+            if self.sub_ms:
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    rate = self.acc * 1000.0 / np.maximum(self.acc_ms, 1)
+                # no sub-window closed this cycle (cycles shorter than a sub-window): the cycle's own rate
+                self.h_pk[fresh] = np.where(np.isfinite(self.pk), self.pk, rate)[fresh]
+                self.h_lo[fresh] = np.where(np.isfinite(self.lo), self.lo, rate)[fresh]
+        stale = (self.h_ts > 0) & (self.h_ts < at_ms - stale_ms)  # at - h_ts > stale_ms, one array op fewer
         if stale.any():
             self.h_acc[stale] = np.nan
             self.h_ms[stale] = 0
@@ -365,6 +369,8 @@ class CounterTrack:
         return self.last_ts > 0
 
     def roll(self) -> None:
+        if not self.acc_n.any():  # no known step this cycle: the window is as a roll leaves it (put moves all
+            return                # of it, sub-windows and levels included, only for known steps)
         self.acc[:] = 0
         self.acc_ms[:] = 0
         self.acc_n[:] = 0
