@@ -19,6 +19,14 @@ series and stores their day as per-series blocks, later days of existing series 
    `--anchor-hours` of the same history (it is too slow for the whole week), as seconds per cycle and that
    rate extrapolated to the week;
 and checks that the streamed and per-window cycles gave the same findings on the anchor's range.
+
+    python bench/replay.py side --baseline TREE [--tree TREE] [--days 7] [--findings-dir DIR]
+
+`side` runs the streamed backtest of two source trees at once, in two processes over the same kept
+database (say a `git worktree` of the commit before a change, and this checkout): each one's wall and CPU
+seconds, stored samples per second and per CPU second, findings and their sha256; then the two findings
+files compared byte for byte (exit 1 if they differ). CPU seconds are the figure to compare on a shared
+machine; the load average is printed at the start and at each end.
 With `--compress` the blocks are first moved into compressed chunks (`run_compression` run to the end; this
 changes the kept database: `prepare` again for blocks), and the same is measured over chunks.
 Not a test: the figures go into docs/benchmarks.md.
@@ -246,9 +254,105 @@ def run(server: str, days: int, anchor_hours: float, compress: bool, alerts: boo
         sys.exit(1)
 
 
+def _range_ms(days: int) -> tuple[int, int, int]:
+    """(first cycle, last cycle, step) of the week's backtest, as `run` has them."""
+    from service.detection.state import Config
+
+    cfg = Config()
+    return int(T0 * 1000) + cfg.initial_lookback_ms + cfg.lateness_ms, int(T0 * 1000) + days * 86_400_000, 60_000
+
+
+def child(server: str, days: int, findings_out: str) -> None:
+    """One side of `side`: the backtest of the tree on sys.path[0]; one JSON line on stdout."""
+    import hashlib
+    import json
+    import subprocess
+
+    from service.db import get_engine
+    from service.detection.service import backtest
+
+    a, b, step = _range_ms(days)
+    load = os.getloadavg()[0]
+    found, wall, cpu = _timed(lambda: backtest(get_engine(_url(server, DB)), a, b, step))
+    lines = [json.dumps(f.to_dict(), sort_keys=True, default=str) for f in found]
+    Path(findings_out).write_text("\n".join(lines) + "\n")
+    tree = sys.path[0]
+    head = subprocess.run(["git", "-C", tree, "log", "-1", "--format=%h"], capture_output=True, text=True).stdout
+    dirty = subprocess.run(["git", "-C", tree, "status", "--short", "--untracked-files=no"], capture_output=True,
+                           text=True).stdout
+    print(json.dumps({"tree": tree, "commit": head.strip() + ("+changes" if dirty.strip() else ""), "wall": wall,
+                      "cpu": cpu, "cycles": (b - a) // step + 1, "findings": len(found),
+                      "sha256": hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16], "rss_mib": _rss_mib(),
+                      "load_start": load, "load_end": os.getloadavg()[0]}))
+
+
+def stored_samples(server: str, days: int) -> int:
+    """Stored samples the backtest reads, (T0 - ..., last read]: rows, import blocks' elements, chunks."""
+    from sqlalchemy import text
+
+    from service.db import get_engine
+    from service.detection.state import Config
+
+    cfg = Config()
+    a, b, _ = _range_ms(days)
+    lo = datetime.fromtimestamp((a - cfg.lateness_ms - cfg.initial_lookback_ms) / 1000, UTC)
+    hi = datetime.fromtimestamp((b - cfg.lateness_ms) / 1000, UTC)
+    p = {"lo": lo, "hi": hi}
+    with get_engine(_url(server, DB)).connect() as c:
+        rows = c.execute(text("SELECT count(*) FROM sample_rows WHERE ts > :lo AND ts <= :hi"), p).scalar_one()
+        blocks = c.execute(text(
+            "SELECT coalesce(sum((SELECT count(*) FROM unnest(ts) u WHERE u > :lo AND u <= :hi)), 0) "
+            "FROM sample_blocks WHERE last_ts > :lo AND first_ts <= :hi"), p).scalar_one()
+        chunks = c.execute(text(
+            "SELECT coalesce(sum(n), 0) FROM sample_chunks WHERE first_ts > :lo AND last_ts <= :hi"), p).scalar_one()
+        partial = c.execute(text("SELECT count(*) FROM sample_chunks WHERE last_ts > :lo AND first_ts <= :hi AND "
+                                 "NOT (first_ts > :lo AND last_ts <= :hi)"), p).scalar_one()
+    if partial:
+        raise SystemExit(f"{partial} chunks cross the backtest's range: count with `run` (its read pass)")
+    return int(rows) + int(blocks) + int(chunks)
+
+
+def side(server: str, days: int, baseline: str, tree: str, out_dir: str) -> None:
+    """Two trees' backtests at once, each in its own process; findings compared byte for byte."""
+    import json
+    import subprocess
+
+    n = stored_samples(server, days)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    print(f"{platform.node()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start; "
+          f"{n:,} stored samples over {days} days")
+    procs = {}
+    for name, t in (("before", baseline), ("after", tree)):
+        cmd = [sys.executable, str(Path(__file__).resolve()), "child", "--tree", str(Path(t).resolve()),
+               "--days", str(days), "--server", server, "--findings", str(Path(out_dir) / f"{name}.jsonl")]
+        procs[name] = subprocess.Popen(cmd, cwd=t, stdout=subprocess.PIPE, text=True)
+    got = {}
+    for name, p in procs.items():
+        out, _ = p.communicate()
+        if p.returncode:
+            raise SystemExit(f"{name} failed ({p.returncode})")
+        got[name] = json.loads(out.strip().splitlines()[-1])
+    print("| | " + " | ".join(f"{k} ({v['commit']})" for k, v in got.items()) + " |")
+    print("|---|---|---|")
+    rows = [("wall", lambda r: f"{r['wall']:.1f} s, {r['wall'] / r['cycles'] * 1000:.1f} ms/cycle"),
+            ("CPU (process)", lambda r: f"{r['cpu']:.1f} s, {r['cpu'] / r['cycles'] * 1000:.1f} ms/cycle"),
+            ("stored samples per second, wall", lambda r: f"{n / r['wall'] / 1e3:.0f} k"),
+            ("stored samples per CPU second", lambda r: f"{n / r['cpu'] / 1e6:.3f} M"),
+            ("load average at start / end", lambda r: f"{r['load_start']:.1f} / {r['load_end']:.1f}"),
+            ("findings", lambda r: f"{r['findings']:,}, sha256 {r['sha256']}"),
+            ("peak RSS", lambda r: f"{r['rss_mib']:.0f} MiB")]
+    for label, fmt in rows:
+        print(f"| {label} | " + " | ".join(fmt(r) for r in got.values()) + " |")
+    same = (Path(out_dir) / "before.jsonl").read_bytes() == (Path(out_dir) / "after.jsonl").read_bytes()
+    cpu = got["after"]["cpu"] / got["before"]["cpu"]
+    print(f"findings byte-identical: {same}; CPU after/before {cpu:.3f} ({(cpu - 1) * 100:+.1f} %)")
+    if not same:
+        sys.exit(1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("prepare", "run"))
+    ap.add_argument("what", choices=("prepare", "run", "side", "child"))
     ap.add_argument("--server", default=os.environ.get("FABRICWATCH_BENCH_SERVER",
                                                        "postgresql://postgres@127.0.0.1:5432/postgres"))
     ap.add_argument("--days", type=int, default=7)
@@ -261,8 +365,18 @@ def main() -> None:
     ap.add_argument("--findings", metavar="PATH", help="write the streamed backtest's findings here (JSON lines)")
     ap.add_argument("--no-alerts", dest="alerts", action="store_false",
                     help="skip the replay_alerts (CLI path) measurement")
+    ap.add_argument("--baseline", metavar="TREE", help="side: the source tree to compare against")
+    ap.add_argument("--tree", metavar="TREE", default=str(REPO), help="side: the tree to measure (this one)")
+    ap.add_argument("--findings-dir", default="/tmp/replay-side", help="side: where the two findings files go")
     args = ap.parse_args()
-    if args.what == "prepare":
+    if args.what == "child":  # the tree's own service package, not this checkout's
+        sys.path.insert(0, args.tree)
+        child(args.server, args.days, args.findings)
+    elif args.what == "side":
+        if not args.baseline:
+            ap.error("side needs --baseline TREE")
+        side(args.server, args.days, args.baseline, args.tree, args.findings_dir)
+    elif args.what == "prepare":
         prepare(args.server, args.days, args.one_import)
     else:
         run(args.server, args.days, args.anchor_hours, args.compress, args.alerts, args.read_only, args.findings)
