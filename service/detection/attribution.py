@@ -337,10 +337,6 @@ class Builder:
         if lane_deg is None:
             lane_deg = self.cond.lane_deg
         deg = lanes[lane_deg[lanes]] if lane_deg is not None else lanes[:0]
-        if not len(deg):  # held from an earlier observation (this one not judged): the lanes its light reads weak
-            with np.errstate(invalid="ignore"):
-                weak = (f.rx_delta[lanes] <= -cfg.rx_drop_db) | (f.rx_margin_warn[lanes] < 0)
-            deg = lanes[weak]
         if not len(deg):
             deg = lanes[np.argsort(np.nan_to_num(f.rx_margin_warn[lanes], nan=np.inf))[:1]]
         lane_nos = (deg - fab.lane_off[p]).tolist()

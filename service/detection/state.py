@@ -43,9 +43,8 @@ COUNTER_PRIO = ("port_pfc_tx_pause_seconds_total", "port_pfc_rx_pause_seconds_to
 AXIS: dict[str, str] = {**{m: "port" for m in GAUGE_PORT + COUNTER_PORT}, **{m: "lane" for m in GAUGE_LANE},
                         **{m: "port" for m in GAUGE_GPU}, **{m: "prio" for m in COUNTER_PRIO}}
 USED_METRICS = tuple(AXIS)
-# gauges whose window minimum/maximum the rules read (the rest keep only the window mean: lanes are many). rx
-# power's minimum says whether every reading of an observation was lit (rules: the light of a link that dropped)
-GAUGE_MINMAX = ("port_oper_up", "port_admin_up", "port_pre_fec_ber", "optic_rx_power_dbm")
+# gauges whose window minimum/maximum the rules read (the rest keep only the window mean: lanes are many)
+GAUGE_MINMAX = ("port_oper_up", "port_admin_up", "port_pre_fec_ber")
 # counters whose rate is also tracked over sub-windows of Config.rate_window_ms (worst and best sub-window):
 # a short storm or BER burst inside a long cycle is not averaged away, whatever the cycle step
 COUNTER_SUB = ("port_pfc_tx_pause_seconds_total", "port_tx_pause_seconds_total", "port_rx_bytes_total",
