@@ -449,7 +449,7 @@ def optical_symptoms(st: FeatureState, f: Features, active: dict[str, np.ndarray
     cause). The receiver is the weak end, else the end whose episode is open."""
     fab = st.fabric
     out: dict[int, tuple[str, int]] = {}
-    for kind in ("flap_storm", "link_down"):
+    for kind in LINK_KINDS:
         for p in np.flatnonzero(active[kind]).tolist():
             q = int(fab.peer[p])
             ends = (p, q) if q >= 0 else (p,)
@@ -659,18 +659,15 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
     # its own: a lane wobbling across loss of signal drops the link at every poll that catches it under (10 s polls
     # see a storm). It joins the optical alert of the receiver, with the storm as evidence, at neither end a page
     joined = optical_symptoms(st, f, active, opt_open, link_down)
+    if joined:  # the caller's arrays stay as they were
+        firing = {**firing, "optical_degradation": firing["optical_degradation"].copy()}
     for x, (kind, _) in joined.items():
-        q = int(fab.peer[x])
-        for k in ("flap_storm", "link_down"):
-            active[k][x] = False
-            if q >= 0:
-                active[k][q] = False
-        st.storm_down[x] = storm_left[x] = False
-        if q >= 0:
-            st.storm_down[q] = storm_left[q] = False
+        ends = [x, int(fab.peer[x])] if fab.peer[x] >= 0 else [x]
+        for k in LINK_KINDS:
+            active[k][ends] = False
+        st.storm_down[ends] = storm_left[ends] = False
         active["optical_degradation"][x] = True
-        if firing[kind][x] or (q >= 0 and firing[kind][q]):
-            firing = {**firing, "optical_degradation": firing["optical_degradation"].copy()}
+        if firing[kind][ends].any():
             firing["optical_degradation"][x] = True
     # a BER rise seen before the optics have been read since it began waits for that reading (at most one optics
     # poll: a DOM poll every 15 min trails counters every 10 s), so a dirty connector is called by its rx drop
