@@ -337,6 +337,10 @@ class Builder:
         if lane_deg is None:
             lane_deg = self.cond.lane_deg
         deg = lanes[lane_deg[lanes]] if lane_deg is not None else lanes[:0]
+        if not len(deg):  # held from an earlier observation (this one not judged): the lanes its light reads weak
+            with np.errstate(invalid="ignore"):
+                weak = (f.rx_delta[lanes] <= -cfg.rx_drop_db) | (f.rx_margin_warn[lanes] < 0)
+            deg = lanes[weak]
         if not len(deg):
             deg = lanes[np.argsort(np.nan_to_num(f.rx_margin_warn[lanes], nan=np.inf))[:1]]
         lane_nos = (deg - fab.lane_off[p]).tolist()
@@ -354,16 +358,27 @@ class Builder:
             both = bool(np.isfinite(prx).any() and np.nanmin(prx) <= -cfg.rx_drop_db)
             # wobble: since the drop, the degraded lanes moved from reading to reading clearly more than the
             # port's other lanes over the same readings (the temperature drift all lanes share cancels, at any
-            # optics poll), over enough readings to tell; until then, stable
+            # optics poll), over enough readings to tell; until then, stable. With every lane degraded, more
+            # than they did before the drop (a noisy module's reading noise is not a wobble)
             wn = self.st.wob_n[lanes]
             wmean = np.where(wn > 0, self.st.wob_sum[lanes] / np.maximum(wn, 1), np.nan)
             in_deg = np.isin(lanes, deg)
             jit = wmean[in_deg]
             others = wmean[~in_deg]
-            jit_ref = np.nanmedian(others) if np.isfinite(others).any() else 0.15
             jmax = np.nanmax(jit) if np.isfinite(jit).any() else np.nan
-            enough = int(wn[in_deg].min()) >= cfg.wobble_min_readings
-            wobble = bool(enough and np.isfinite(jmax) and jmax >= cfg.wobble_db and jmax - jit_ref >= 0.12)
+            n_read = int(wn[in_deg].min())
+            if np.isfinite(others).any():  # a lane that moved more than the others
+                jit_ref, moved, margin = np.nanmedian(others), jmax, 0.12
+            else:  # no other lane to compare with (all degraded): all their differences together against
+                # the lanes' own jitter before the drop, over 3 sd of such a mean of noise alone (|normal
+                # difference|: sd 0.76 x its mean), so a noisy module's first few readings are no wobble
+                before = self.st.wob_ref[deg]
+                jit_ref = max(0.15, float(np.nanmean(before))) if np.isfinite(before).any() else 0.15
+                n_all = int(wn[in_deg].sum())
+                moved = float(self.st.wob_sum[deg].sum()) / n_all if n_all else np.nan
+                margin = max(0.12, 3 * 0.76 * jit_ref / np.sqrt(max(n_all, 1)))
+            enough = n_read >= cfg.wobble_min_readings
+            wobble = bool(enough and np.isfinite(moved) and moved >= cfg.wobble_db and moved - jit_ref >= margin)
         ttw = self.st.lane_trend["ttt_warn"][deg]
         tta = self.st.lane_trend["ttt_alarm"][deg]
         slope = self.st.lane_trend["rx_slope"][deg] * 24

@@ -62,7 +62,7 @@ class Engine:
         began &= st.onset["optical_degradation"] > 0
         if began.any():  # a new optical episode: its wobble is measured from the drop on
             lanes = np.isin(fab.lane_port, np.flatnonzero(began))
-            st.wob_sum[lanes], st.wob_n[lanes] = 0.0, 0
+            st.wob_sum[lanes], st.wob_n[lanes], st.wob_ref[lanes] = 0.0, 0, st.rx_jitter[lanes]
         st.blocked, st.degraded = cond.blocked, cond.degraded
         physical_now = np.zeros(fab.P, bool)
         for k in attribution.PHYSICAL_RAW:

@@ -75,10 +75,12 @@ class Features:
     at_ms: int
     # state
     oper_up: np.ndarray            # the newest oper observation's minimum (a down reading in it counts); NaN: none
+    oper_hi: np.ndarray            # ... and its maximum (an up reading in it: a link that dropped came back)
     admin_up: np.ndarray
     peer_admin_up: np.ndarray
     # optics, lanes (packed)
     rx: np.ndarray
+    rx_lo: np.ndarray              # the newest observation's lowest rx reading (a dark one among lit ones shows)
     rx_base: np.ndarray
     rx_delta: np.ndarray
     rx_margin_warn: np.ndarray
@@ -295,8 +297,9 @@ def compute(st: FeatureState, at_ms: int) -> Features:
         rx_z = (rx_margin_min - z_med[fab.cohort]) / scale
 
     return Features(
-        at_ms=at_ms, oper_up=oper_w, admin_up=admin_w, peer_admin_up=peer_admin,
-        rx=rx, rx_base=rx_base, rx_delta=rx_delta, rx_margin_warn=rx_margin_warn, rx_margin_alarm=rx_margin_alarm,
+        at_ms=at_ms, oper_up=oper_w, oper_hi=g["port_oper_up"].h_max.copy(), admin_up=admin_w, peer_admin_up=peer_admin,
+        rx=rx, rx_lo=g["optic_rx_power_dbm"].h_min.copy(), rx_base=rx_base, rx_delta=rx_delta,
+        rx_margin_warn=rx_margin_warn, rx_margin_alarm=rx_margin_alarm,
         rx_jitter=st.rx_jitter.copy(), tx=tx, tx_delta=tx_delta, bias=bias, bias_drift=bias_drift,
         peer_tx_delta=peer_tx_delta, peer_bias_drift=peer_bias_drift, peer_rx_delta=peer_rx_delta,
         rx_delta_min=rx_delta_min, rx_margin_min=rx_margin_min, rx_margin_alarm_min=rx_margin_alarm_min,

@@ -200,7 +200,22 @@ def fresh_kinds(st: FeatureState) -> tuple[dict[str, np.ndarray], dict[str, np.n
     pause_n, ecn_n, ev_n, _ = rate_windows(st)
     for kind, n in (("pause_storm", np.maximum(pause_n, ev_n)), ("congestion", np.maximum(pause_n, ecn_n))):
         fresh[kind], polls[kind] = n > 0, n
+    # a link down at every oper reading of its observation, admin-down at neither end, reads no light of optics in
+    # service (its dark readings after a down one are not even stored: FeatureState._excused): no optical
+    # observation, so the optical condition stays as it was, neither held nor absent (#23 item 1; a flapping link
+    # whose oper status is polled less often than its optics holds one down reading for several optics polls). The
+    # down link is the link-down finding's. A port shut on purpose (admin-down) observes "absent" as before
+    fresh["optical_degradation"] = fresh["optical_degradation"] & ~down_throughout(st)
     return fresh, obs_ms, polls, hits
+
+
+def down_throughout(st: FeatureState) -> np.ndarray:
+    """(P,) ports whose newest oper observation is down at every reading, admin-down at neither end."""
+    g, peer = st.gauges, st.fabric.peer
+    admin = g["port_admin_up"].h_min
+    with np.errstate(invalid="ignore"):
+        off = _t(admin < 0.5) | np.where(peer >= 0, _t(admin < 0.5)[np.maximum(peer, 0)], False)
+        return _t(g["port_oper_up"].h_max < 0.5) & ~off
 
 
 def polled(st: FeatureState) -> np.ndarray:
@@ -243,7 +258,8 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
     with np.errstate(invalid="ignore"):
         # in service: an admin-down end (here or at the peer) reads 0 mW / -40 dBm by design, and so does a
         # port that was oper-down in the observation: no light is the link-down finding, never an optical one.
-        # Without admin status, oper-up means admin up; without either, light on a lane or traffic does
+        # Without admin status, oper-up means admin up; without either, light on a lane or traffic does.
+        # (The optical rule still reads the lit lanes of a link that dropped and came back: `light_read` below)
         admin_known = np.isfinite(f.admin_up)
         oper_known = np.isfinite(f.oper_up)
         traffic = _t(c["port_rx_bytes_total"].rate() > 0)
@@ -259,7 +275,16 @@ def evaluate(f: Features, st: FeatureState) -> Conditions:
         tt = st.lane_trend
         trend_lane = (tt["ttt_warn"] <= cfg.ttt_warn_hours) & (tt["rx_slope"] * 24 <= -cfg.trend_slope_db_per_day)
         lane_deg = (f.rx_delta <= -cfg.rx_drop_db) | (f.rx_margin_warn < 0) | trend_lane
-        lane_deg &= in_service[lp] & np.isfinite(f.rx)
+        # a link that dropped and came back within the observation (oper-down and oper-up readings, not admin-down
+        # at either end) still has the light its lanes read where every reading of the observation was lit: weak
+        # light on a link that keeps dropping is still weak light (a damaged fiber wobbling across loss of signal
+        # drops its link at every poll that catches it under; judged out of service, its optical condition faded
+        # while it flapped and its alert broke up, #23). A lane with a dark reading in it (a link cut or shut within
+        # the observation: its mean mixes light and none) is the down link's, and so is a link down at every
+        # reading of the observation (the link-down finding, which names an optical cause where light arrives weak)
+        dropped = ~admin_off & ~out.wait & _t(f.oper_up < 0.5) & _t(f.oper_hi >= 0.5)
+        light_read = in_service[lp] | (dropped[lp] & _t(f.rx_lo > cfg.lit_dbm))
+        lane_deg &= light_read & np.isfinite(f.rx)
         out.lane_deg = lane_deg
         deg_port = seg_reduce(np.maximum, lane_deg.astype(float), off, 0.0) > 0
         # far below the cohort and close to the module's own warning: catches faults older than the baseline

@@ -43,8 +43,9 @@ COUNTER_PRIO = ("port_pfc_tx_pause_seconds_total", "port_pfc_rx_pause_seconds_to
 AXIS: dict[str, str] = {**{m: "port" for m in GAUGE_PORT + COUNTER_PORT}, **{m: "lane" for m in GAUGE_LANE},
                         **{m: "port" for m in GAUGE_GPU}, **{m: "prio" for m in COUNTER_PRIO}}
 USED_METRICS = tuple(AXIS)
-# gauges whose window minimum/maximum the rules read (the rest keep only the window mean: lanes are many)
-GAUGE_MINMAX = ("port_oper_up", "port_admin_up", "port_pre_fec_ber")
+# gauges whose window minimum/maximum the rules read (the rest keep only the window mean: lanes are many). rx
+# power's minimum says whether every reading of an observation was lit (rules: the light of a link that dropped)
+GAUGE_MINMAX = ("port_oper_up", "port_admin_up", "port_pre_fec_ber", "optic_rx_power_dbm")
 # counters whose rate is also tracked over sub-windows of Config.rate_window_ms (worst and best sub-window):
 # a short storm or BER burst inside a long cycle is not averaged away, whatever the cycle step
 COUNTER_SUB = ("port_pfc_tx_pause_seconds_total", "port_tx_pause_seconds_total", "port_rx_bytes_total",
@@ -660,6 +661,8 @@ class FeatureState:
         # compares lanes over the same readings after the drop, whatever the optics poll
         self.wob_sum = np.zeros(L)
         self.wob_n = np.zeros(L, np.int32)
+        # rx_jitter when it began: the reference of a port whose every lane degraded (no lane left to compare with)
+        self.wob_ref = np.full(L, np.nan)
         self.base = {"rx": RobustBaseline(L, 0.1), "tx": RobustBaseline(L, 0.05),
                      "bias": RobustBaseline(L, 1e-4), "logber": RobustBaseline(P, 0.1),
                      "temp": RobustBaseline(P, 0.5)}
@@ -917,7 +920,7 @@ class FeatureState:
     # -- persistence -------------------------------------------------------------------------
     def _arrays(self) -> dict[str, np.ndarray]:
         a: dict[str, np.ndarray] = {"rx_jitter": self.rx_jitter, "rx_jitter_n": self.rx_jitter_n,
-                                    "wob_sum": self.wob_sum, "wob_n": self.wob_n,
+                                    "wob_sum": self.wob_sum, "wob_n": self.wob_n, "wob_ref": self.wob_ref,
                                     "flagged": self.flagged,
                                     "down_since": self.down_since, "down_from_up": self.down_from_up,
                                     "oper_gap": self.oper_gap, "down_ms": self.down_ms, "up_ms": self.up_ms,
