@@ -784,7 +784,8 @@ class FeatureState:
         if metric == "optic_rx_power_dbm":  # wobble: mean |successive difference| (fiber, F22)
             ok = np.isfinite(val)
             i2, v2 = idx[ok], val[ok]
-            d = np.abs(v2 - gt.last[i2])
+            with np.errstate(over="ignore"):  # an absurd finite reading (1e308 dBm) gives inf: not used below
+                d = np.abs(v2 - gt.last[i2])
             # a step (>= rx_drop_db) is not a wobble: skip it. A running mean over the first 20 readings, then
             # exponentially weighted (1/20): a lane read every 15 min settles as fast, in readings, as one read
             # every 10 s

@@ -106,31 +106,44 @@ OPTICS_MS = {30: 300_000, 90: 900_000}  # optics every 30 or 90 polls of 10 s
 PHASES = ((60, ""), (120, "storm"), (30, ""), (90, "storm"), (30, ""), (120, "sparse"), (60, ""))
 
 
+class _FiberLink:
+    """leaf:Ethernet1/4's link, lanes 0-1 of its receiver behind a damaged fiber (3 dB down, a 1 dB wobble)."""
+
+    def __init__(self, step_ms: int, seed: int) -> None:
+        self.d = d = Driver(step_ms=step_ms)
+        self.p = d.port("leaf", "Ethernet1/4")
+        self.q = int(d.fab.peer[self.p])
+        self.lanes = d.fab.lane_off[self.p] + np.arange(2)
+        self.rng = np.random.default_rng(seed)
+
+    def poll(self, damaged: bool, lossy: bool, down: bool, drop: set[str]) -> None:
+        """One poll: the fiber's light (`lossy`: 6 dB more, across loss of signal), the link down at both ends."""
+        d, inc, rx = self.d, None, None
+        if damaged:
+            rx = d.rx.copy()
+            rx[self.lanes] -= 3.0 + (6.0 if lossy else 0.0) + self.rng.uniform(-1.0, 1.0, 2)
+        d.oper[:] = 1
+        if down:
+            d.oper[[self.p, self.q]] = 0
+            inc = {"port_link_down_events_total": np.isin(np.arange(d.fab.P), [self.p, self.q]).astype(float)}
+        d.step(inc=inc, rx=rx, drop=drop)
+
+
 def _fiber_event(optics_every: int, cycle_every: int) -> tuple[Driver, list[tuple[int, list[Finding]]], int, int]:
     """Two healthy hours, then a fiber loss on lanes 0-1 of leaf:Ethernet1/4's receiver (3 dB, a 1 dB wobble) that
     wobbles across loss of signal (6 dB more) in the phases above, the link down at both ends at each drop. Returns
     the driver, each cycle's (data time, all its findings) from the fiber's onset, and the link's two ports."""
-    d = Driver(step_ms=10_000)
-    p = d.port("leaf", "Ethernet1/4")
-    q = int(d.fab.peer[p])
-    lanes = d.fab.lane_off[p] + np.arange(2)
-    rng = np.random.default_rng(3)
+    link = _FiberLink(10_000, seed=3)
+    d, p, q = link.d, link.p, link.q
     k, out = 0, []
 
     def run(minutes: int, damaged: bool = False, drops: str = "") -> None:
         nonlocal k
         for _ in range(minutes * 6):
             k += 1
-            rx, inc = None, None
-            if damaged:
-                rx = d.rx.copy()
-                rx[lanes] -= 3.0 + (6.0 if drops else 0.0) + rng.uniform(-1.0, 1.0, 2)
-            d.oper[:] = 1
             # sparse: 150 s before each 15 min optics poll, inside the cycle that reads it at every cycle step
-            if (drops == "storm" and k % 3 == 1) or (drops == "sparse" and k % 90 == 75):
-                d.oper[[p, q]] = 0
-                inc = {"port_link_down_events_total": np.isin(np.arange(d.fab.P), [p, q]).astype(float)}
-            d.step(inc=inc, rx=rx, drop=set() if k % optics_every == 0 else OPTICS)
+            down = (drops == "storm" and k % 3 == 1) or (drops == "sparse" and k % 90 == 75)
+            link.poll(damaged, bool(drops), down, set() if k % optics_every == 0 else OPTICS)
             if k % cycle_every == 0:
                 found = d.cycle()
                 if damaged:
@@ -211,24 +224,13 @@ def test_a_damaged_fiber_whose_state_polls_catch_its_link_down_is_one_fiber_aler
     flipped back to connector contamination 14 times. A link down at every reading of its observation makes no optical
     observation: the condition stays as it was, and the down link joins the open episode's alert."""
     state = {"port_oper_up", "port_admin_up", "gpu_pcie_link_width", *Driver.fab_counters()}
-    d = Driver(step_ms=60_000)
-    p = d.port("leaf", "Ethernet1/4")
-    q = int(d.fab.peer[p])
-    lanes = d.fab.lane_off[p] + np.arange(2)
-    rng = np.random.default_rng(5)
+    link = _FiberLink(60_000, seed=5)
+    d, p = link.d, link.p
     k, out = 0, []
     for minutes, damaged, flapping in ((120, False, False), (60, True, False), (120, True, True), (60, True, False)):
         for _ in range(minutes):
             k += 1
-            rx, inc = None, None
-            if damaged:
-                rx = d.rx.copy()
-                rx[lanes] -= 3.0 + (6.0 if flapping else 0.0) + rng.uniform(-1.0, 1.0, 2)
-            d.oper[:] = 1
-            if flapping and k % 10 == 0:
-                d.oper[[p, q]] = 0
-                inc = {"port_link_down_events_total": np.isin(np.arange(d.fab.P), [p, q]).astype(float)}
-            d.step(inc=inc, rx=rx, drop=set() if k % 5 == 0 else state)
+            link.poll(damaged, flapping, flapping and k % 10 == 0, set() if k % 5 == 0 else state)
             found = d.cycle()
             if damaged:
                 out.append(_on_link(found, d, p))
