@@ -656,8 +656,11 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
     # the down run at once; a 60 s one saw the storm first), and its finding says the link is down for as long as
     # it stays down, after its flaps have left the window too: one alert, not a storm page then a link-down page.
     # (First: the ports with an optical episode open, before a down link hides it; a post-FEC alert carrying one too)
+    # (and an episode whose link it took down, for as long as that stays down: a down link makes no optical
+    # observation, so the episode's own would age out of the persistence window and a second, link-down alert open)
+    st.down_carry &= link_down
     opt_open = active["optical_degradation"] | st.latched["optical_degradation"] | \
-        (st.onset["optical_degradation"] > 0) | st.pf_carry
+        (st.onset["optical_degradation"] > 0) | st.pf_carry | st.down_carry
     st.storm_down &= link_down
     storm_left = st.storm_down & ~active["flap_storm"]
     if storm_left.any():
@@ -681,6 +684,7 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
         for k in LINK_KINDS:
             active[k][ends] = False
         st.storm_down[ends] = storm_left[ends] = False
+        st.down_carry[x] = bool(link_down[x])
         active["optical_degradation"][x] = True
         if firing[kind][ends].any():
             firing["optical_degradation"][x] = True

@@ -241,3 +241,36 @@ def test_a_damaged_fiber_whose_state_polls_catch_its_link_down_is_one_fiber_aler
     _sharpens_once([c[0].cause for c in after], 1, 1)
     downs = [c[0] for c in after if any(e.feature == "down_for_s" for e in c[0].evidence)]
     assert downs and all(x.severity is Severity.PAGE for x in downs)  # the down link, in the fiber's alert
+
+
+@pytest.mark.parametrize("cycle_every", [1, 5], ids=["cycle60s", "cycle5m"])
+def test_a_link_the_optical_loss_takes_down_for_hours_stays_the_optical_alert(cycle_every: int) -> None:
+    """A dirty MPO connector (all 4 lanes 5 dB down, light still arriving) alerts as the optics; then the link goes
+    down and stays down for 4 h. A down link makes no optical observation, so the episode's own observations aged
+    out after the 2 h persistence window, and the down link, no longer joined to an open episode, opened a second,
+    link_down alert for the same fault (the 10x300 gradual cell, seed 1 S1). The episode's alert goes on as long as
+    the link it took down stays down."""
+    d = Driver(step_ms=60_000)
+    p = d.port("leaf", "Ethernet1/4")
+    q = int(d.fab.peer[p])
+    lanes = d.fab.lane_off[p] + np.arange(4)
+    seen = []
+    for minute in range(7 * 60):
+        rx = d.rx.copy()
+        if minute >= 120:
+            rx[lanes] -= 5.0
+        d.oper[:] = 1
+        if minute >= 180:
+            d.oper[[p, q]] = 0
+        d.step(rx=rx)
+        if minute % cycle_every == 0:
+            found = _on_link(d.cycle(), d, p)
+            if minute >= 120:
+                seen.append(found)
+    opened = next(i for i, c in enumerate(seen) if c)
+    after = seen[opened:]
+    assert all(len(c) == 1 for c in after), [len(c) for c in after]
+    assert {c[0].fingerprint for c in after} == {"optical_degradation/leaf:Ethernet1/4"}
+    assert {c[0].cause for c in after} == {Cause.CONTAMINATION}
+    downs = [c[0] for c in after if any(e.feature == "down_for_s" for e in c[0].evidence)]
+    assert downs and downs[-1] is after[-1][0]  # the down link is in that alert to the end
