@@ -715,12 +715,20 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
         carried = set(np.flatnonzero(carry).tolist())
         active["optical_degradation"] = active["optical_degradation"] & ~carry
         active["post_fec_errors"] = active["post_fec_errors"] | carry
-    # one cause, one alert: hide kinds explained by another active kind on the same port
+    # one cause, one alert: hide kinds explained by another active kind on the same port. A post-FEC alert carrying
+    # an optical episode is that episode: it hides what the optics hide and is hidden by nothing the optics are not.
+    # An optical loss explains a loose module at either end: the recoveries and flaps it causes are the link's
+    in_pf = np.zeros(fab.P, bool)
+    in_pf[list(carried)] = True
     for k, hides in EXPLAINS.items():
         if k in active:
+            by = active[k] | in_pf if k == "optical_degradation" else active[k]
             for h in hides:
                 if h in active:
-                    active[h] = active[h] & ~active[k]
+                    hide = by & ~in_pf if h == "post_fec_errors" else by
+                    if k == "optical_degradation" and h == "loose_module":
+                        hide = _either_end(hide, fab.peer)
+                    active[h] = active[h] & ~hide
     # one device ticket, not N link tickets: every physical finding on a port of a device under (or awaiting)
     # a shared-component finding, or at the far end of such a port's link, is folded into the device's
     shared_links = _either_end((dev_fire | dev_hold | dev_pending)[fab.dev], fab.peer)
