@@ -404,7 +404,16 @@ def _refresh(conn: Connection, cs: ChangeSet, row: dict[str, Any], values: dict[
     change = _record(conn, cs, row, "severity_changed", at_ms=at_ms, actor=actor, from_state=row["state"],
                      to_state=row["state"], detail={"from": old_sev, "to": values["severity"]})
     up = SEVERITY_RANK.get(values["severity"], 0) > SEVERITY_RANK.get(old_sev, 0)
-    return change if up and row["notified"] else None
+    if not (up and row["notified"]):
+        return None
+    # back up to a severity it already notified at within the repeat interval: recorded, not sent again (a fault
+    # whose errors come and go moved page -> ticket -> page every few minutes: a page each time)
+    sent = conn.execute(text(
+        "SELECT coalesce(detail->>'to', detail->>'severity') FROM alert_events WHERE alert_id = :i "
+        "AND detail ? 'notified' AND at_ms > :since AND at_ms <= :at"),
+        {"i": row["id"], "since": at_ms - REPEAT_INTERVAL_MS, "at": at_ms}).scalars().all()
+    rank = SEVERITY_RANK.get(values["severity"], 0)
+    return None if any(SEVERITY_RANK.get(x or "", 0) >= rank for x in sent) else change
 
 
 def _group(conn: Connection, cs: ChangeSet, parent: dict[str, Any], members: set[str],

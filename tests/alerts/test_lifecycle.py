@@ -185,6 +185,23 @@ def test_escalation_renotifies(db: Engine, sub: int) -> None:
         ("firing", "opened", "ticket"), ("firing", "severity_changed", "page")]
 
 
+def test_severity_flapping_back_to_page_does_not_page_again_within_the_repeat_interval(db: Engine, sub: int) -> None:
+    """A fault whose errors come and go (a post-FEC alert carrying a wobbling fiber) moves ticket -> page every few
+    minutes: each move is recorded, but a page goes out once per repeat interval (held-out seed 7 of the detection
+    evaluation's 300x900 cell: 40 escalations to page in 12 h)."""
+    sev = [Severity.TICKET, Severity.PAGE] * 5
+    for i, s in enumerate(sev):
+        cycle(db, i, finding(severity=s, at_ms=T0 + i * STEP))
+    later = 4 * 60 + 5  # 4 h 5 min after the first page: the repeat interval is over
+    for i, s in ((later, Severity.TICKET), (later + 1, Severity.PAGE)):
+        cycle(db, i, finding(severity=s, at_ms=T0 + i * STEP))
+    with db.connect() as conn:
+        aid = conn.execute(text("SELECT id FROM alerts")).scalar_one()
+        assert history(conn, aid).count("severity_changed") == 11
+    assert [(m["message"]["change"], m["message"]["alert"]["severity"]) for m in outbox(db)] == [
+        ("opened", "ticket"), ("severity_changed", "page"), ("severity_changed", "page")]
+
+
 def test_alert_change_and_outbox_commit_or_roll_back_together(db: Engine, sub: int) -> None:
     with pytest.raises(RuntimeError), db.begin() as conn:
         apply_findings(conn=conn, findings=[finding()], at_ms=T0)

@@ -280,9 +280,9 @@ def test_a_fiber_whose_post_fec_alert_carries_it_is_never_a_loose_module() -> No
     """Counters and state every 5 min, optics every 15, cycles every 5 min: a damaged fiber (lanes 0-1 3.7 dB down,
     a 1.3 dB wobble) with uncorrectable errors from the start, so its post-FEC alert opens before the optics are
     read and then carries the optical episode; from 2 h in its link retrains at every poll and drops at every
-    fourth. Those recoveries and flaps are the fiber's; held-out seed 7 of the issue's cell (300x900 at 60 s) showed a loose-module
-    alert on that port, reopened 6 times, beside the fiber's: the carried episode did not hide it (powers normal is
-    the loose module's own premise)."""
+    fourth. Those recoveries and flaps are the fiber's; held-out seed 7 of the issue's cell (300x900 at 60 s)
+    showed a loose-module alert on that port, reopened 6 times, beside the fiber's: the carried episode did not hide
+    it (powers normal is the loose module's own premise)."""
     d = Driver(step_ms=300_000)
     p = d.port("leaf", "Ethernet1/4")
     q = int(d.fab.peer[p])
