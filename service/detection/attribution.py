@@ -38,8 +38,8 @@ import numpy as np
 from service.detection import rules
 from service.detection.features import Features, seg_reduce
 from service.detection.findings import Action, Cause, Evidence, Finding, Severity
-from service.detection.rules import Conditions
-from service.detection.state import DEGRADED, EPOCH_MS, HIST, Fabric, FeatureState
+from service.detection.rules import Conditions, either_end
+from service.detection.state import DEGRADED, EPOCH_MS, HIST, Config, Fabric, FeatureState
 
 # kind -> (k, n): fire when the condition held in >= k of the last n observations within
 # Config.persist_window_ms (n <= state.HIST)
@@ -146,7 +146,7 @@ def persist(st: FeatureState, raw: dict[str, np.ndarray], fresh: dict[str, np.nd
             on[start & (on <= 1)] = at_ms
         live = firing[kind] | holding[kind]
         if kind in LINK_KINDS:  # the end that opened the link's finding keeps its onset while the far end holds
-            live = _either_end(live, st.fabric.peer)
+            live = either_end(live, st.fabric.peer)
         on[~live & (count == 0)] = 0
     return firing, holding, eff
 
@@ -338,9 +338,7 @@ class Builder:
             lane_deg = self.cond.lane_deg
         deg = lanes[lane_deg[lanes]] if lane_deg is not None else lanes[:0]
         if not len(deg):  # held from an earlier observation (this one not judged): the lanes its light reads weak
-            with np.errstate(invalid="ignore"):
-                weak = (f.rx_delta[lanes] <= -cfg.rx_drop_db) | (f.rx_margin_warn[lanes] < 0)
-            deg = lanes[weak]
+            deg = lanes[weak_lanes(f, cfg, lanes)]
         if not len(deg):
             deg = lanes[np.argsort(np.nan_to_num(f.rx_margin_warn[lanes], nan=np.inf))[:1]]
         lane_nos = (deg - fab.lane_off[p]).tolist()
@@ -430,6 +428,12 @@ class Builder:
                      self.cond.score["optical_degradation"][p], summary, ttt=ttt, evidence=ev)
 
 
+def weak_lanes(f: Features, cfg: Config, lanes: np.ndarray | slice) -> np.ndarray:
+    """Which of `lanes` read >= rx_drop_db under their baseline, or under the module's low-warning (NaN: not)."""
+    with np.errstate(invalid="ignore"):
+        return (f.rx_delta[lanes] <= -cfg.rx_drop_db) | (f.rx_margin_warn[lanes] < 0)
+
+
 def lit_but_weak(st: FeatureState, f: Features, p: int) -> tuple[int, np.ndarray | None]:
     """The receiver of p's link whose light arrives (lit) but >= rx_drop_db under its baseline, or under the
     module's low-warning, on some lane: an optical loss that took the link down, not a dark end (-1 if neither);
@@ -442,8 +446,7 @@ def lit_but_weak(st: FeatureState, f: Features, p: int) -> tuple[int, np.ndarray
             continue
         lanes = slice(fab.lane_off[x], fab.lane_off[x + 1])
         with np.errstate(invalid="ignore"):
-            weak = np.nan_to_num((f.rx_delta[lanes] <= -cfg.rx_drop_db) | (f.rx_margin_warn[lanes] < 0), nan=0.0)
-            weak = weak.astype(bool) & (f.rx[lanes] > cfg.lit_dbm)
+            weak = weak_lanes(f, cfg, lanes) & (f.rx[lanes] > cfg.lit_dbm)
         if weak.any():
             drop = float(np.nanmin(np.where(weak, np.fmin(f.rx_delta[lanes], f.rx_margin_warn[lanes]), np.inf)))
             if best < 0 or drop < worst:
@@ -501,11 +504,6 @@ def link_dedupe(mask: np.ndarray, score: np.ndarray, peer: np.ndarray, onset: np
     lose = both & ((oq < o) | ((oq == o) & ((sq > s) | ((sq == s) & (q < idx)))))
     keep[idx[lose]] = False
     return keep
-
-
-def _either_end(mask: np.ndarray, peer: np.ndarray) -> np.ndarray:
-    """Ports where `mask` holds at the port itself or at the far end of its link."""
-    return mask | np.where(peer >= 0, mask[np.maximum(peer, 0)], False)
 
 
 def _host_link(fab: Fabric, p: int) -> bool:
@@ -651,7 +649,7 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
     b = Builder(st, f, cond, at_ms)
     active = {k: firing[k] | holding[k] for k in firing}
     # a down link explains whatever else its two ends show (dark rx, no traffic, the flaps that took it down)
-    link_down = _either_end(active["link_down"], fab.peer)
+    link_down = either_end(active["link_down"], fab.peer)
     # a link that went down at the end of a flap storm: the storm is the cause (a 15 min cycle reads the storm and
     # the down run at once; a 60 s one saw the storm first), and its finding says the link is down for as long as
     # it stays down, after its flaps have left the window too: one alert, not a storm page then a link-down page.
@@ -664,12 +662,12 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
     st.storm_down &= link_down
     storm_left = st.storm_down & ~active["flap_storm"]
     if storm_left.any():
-        firing = {**firing, "flap_storm": firing["flap_storm"] | (storm_left & _either_end(firing["link_down"],
+        firing = {**firing, "flap_storm": firing["flap_storm"] | (storm_left & either_end(firing["link_down"],
                                                                                            fab.peer))}
         active["flap_storm"] = active["flap_storm"] | storm_left
     if "link_down" in active:
-        active["link_down"] = active["link_down"] & ~_either_end(active["flap_storm"], fab.peer)
-        down = _either_end(active["link_down"], fab.peer)
+        active["link_down"] = active["link_down"] & ~either_end(active["flap_storm"], fab.peer)
+        down = either_end(active["link_down"], fab.peer)
         for k in active:
             if k != "link_down":
                 active[k] = active[k] & ~down
@@ -698,7 +696,7 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
     # post-FEC errors that alerted before the optics were read (counters every 5 min, DOM every 15) and that the
     # rx drop now explains keep their alert, with the optical cause, instead of giving way to a second one
     # (for the whole optical episode: when the errors stop, the alert goes on with the optics' state)
-    carried: set[int] = set()
+    carried = np.zeros(fab.P, bool)
     opt_state = firing["optical_degradation"].copy(), holding["optical_degradation"].copy()
     if "post_fec_errors" in active and "optical_degradation" in active:
         on_pf, on_opt = st.onset["post_fec_errors"], st.onset["optical_degradation"]
@@ -711,27 +709,24 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
             ~st.latched["optical_degradation"] & (on_opt > 0)
         st.pf_carry |= pending & (st.pf_last_ms > 0) & (st.pf_last_ms >= on_opt - st.cfg.stale_ms)
         st.pf_carry &= opt_on | active["post_fec_errors"]
-        carry = st.pf_carry & (opt_on | active["post_fec_errors"])
-        carried = set(np.flatnonzero(carry).tolist())
-        active["optical_degradation"] = active["optical_degradation"] & ~carry
-        active["post_fec_errors"] = active["post_fec_errors"] | carry
+        carried = st.pf_carry.copy()
+        active["optical_degradation"] = active["optical_degradation"] & ~carried
+        active["post_fec_errors"] = active["post_fec_errors"] | carried
     # one cause, one alert: hide kinds explained by another active kind on the same port. A post-FEC alert carrying
     # an optical episode is that episode: it hides what the optics hide and is hidden by nothing the optics are not.
     # An optical loss explains a loose module at either end: the recoveries and flaps it causes are the link's
-    in_pf = np.zeros(fab.P, bool)
-    in_pf[list(carried)] = True
     for k, hides in EXPLAINS.items():
         if k in active:
-            by = active[k] | in_pf if k == "optical_degradation" else active[k]
+            by = active[k] | carried if k == "optical_degradation" else active[k]
             for h in hides:
                 if h in active:
-                    hide = by & ~in_pf if h == "post_fec_errors" else by
+                    hide = by & ~carried if h == "post_fec_errors" else by
                     if k == "optical_degradation" and h == "loose_module":
-                        hide = _either_end(hide, fab.peer)
+                        hide = either_end(hide, fab.peer)
                     active[h] = active[h] & ~hide
     # one device ticket, not N link tickets: every physical finding on a port of a device under (or awaiting)
     # a shared-component finding, or at the far end of such a port's link, is folded into the device's
-    shared_links = _either_end((dev_fire | dev_hold | dev_pending)[fab.dev], fab.peer)
+    shared_links = either_end((dev_fire | dev_hold | dev_pending)[fab.dev], fab.peer)
     for k in PHYSICAL_RAW:
         if k in active and k != "flap_storm":
             active[k] = active[k] & ~shared_links
@@ -739,9 +734,9 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
         if k in active:
             m = active[k] & ~storm_left if k == "flap_storm" else active[k]
             if k in LINK_KINDS:  # the end that opened it (its onset kept) goes on while either end holds
-                opened = _either_end(m, fab.peer) & (st.onset[k] > 0) & ~active[k]
+                opened = either_end(m, fab.peer) & (st.onset[k] > 0) & ~active[k]
                 m = m | opened
-                firing = {**firing, k: firing[k] | (opened & _either_end(firing[k], fab.peer))}
+                firing = {**firing, k: firing[k] | (opened & either_end(firing[k], fab.peer))}
             active[k] = link_dedupe(m, cond.score[k], fab.peer, st.onset[k], by_score=k not in LINK_KINDS)
     active["flap_storm"] |= storm_left  # the end whose storm alert goes on
     st.storm_down |= active["flap_storm"] & link_down
@@ -775,7 +770,7 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
                     b.symptom(*joined[p])
                 continue
             if kind == "post_fec_errors":
-                if p in carried:  # the optics explain the errors that alerted first: that alert, their cause
+                if carried[p]:  # the optics explain the errors that alerted first: that alert, their cause
                     both = firing[kind][p] or opt_state[0][p]
                     b.optical(p, "firing" if both else "holding", kind="post_fec_errors")
                     if p in joined:

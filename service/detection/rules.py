@@ -209,12 +209,16 @@ def fresh_kinds(st: FeatureState) -> tuple[dict[str, np.ndarray], dict[str, np.n
     return fresh, obs_ms, polls, hits
 
 
+def either_end(mask: np.ndarray, peer: np.ndarray) -> np.ndarray:
+    """Ports where `mask` holds at the port itself or at the far end of its link."""
+    return mask | np.where(peer >= 0, mask[np.maximum(peer, 0)], False)
+
+
 def down_throughout(st: FeatureState) -> np.ndarray:
     """(P,) ports whose newest oper observation is down at every reading, admin-down at neither end."""
-    g, peer = st.gauges, st.fabric.peer
-    admin = g["port_admin_up"].h_min
+    g = st.gauges
     with np.errstate(invalid="ignore"):
-        off = _t(admin < 0.5) | np.where(peer >= 0, _t(admin < 0.5)[np.maximum(peer, 0)], False)
+        off = either_end(_t(g["port_admin_up"].h_min < 0.5), st.fabric.peer)
         return _t(g["port_oper_up"].h_max < 0.5) & ~off
 
 
