@@ -1,7 +1,12 @@
 """API under load while ingest runs: p50/p99 of /api/v1/alerts and /api/v1/series at fixed request rates.
 
     python bench/load.py [--rates 100,500] [--seconds 20] [--ingest-devices 76] [--workers 2] [--no-revalidate]
-                         [--client lean|aiohttp]
+                         [--client lean|aiohttp] [--warmup 5] [--alert-writes 10]
+
+`--warmup S`: each phase's requests are sent for S seconds first and their latencies printed apart: a worker's
+first seconds under load fill its caches (docs/benchmarks.md, 2026-12-05), and the figures after it are the
+steady state. `--alert-writes S`: during the mix an alert is written every S seconds, as a detection cycle
+does, so the alert pages the workers hold go stale and are rendered again.
 
 Open loop: request i is sent at t0 + i / rate whether or not earlier ones have answered, and its
 latency is measured from that intended time, so a server that falls behind shows it (no
@@ -207,6 +212,29 @@ async def open_loop(base: str, rate: float, seconds: float, *, anchor: bool = Fa
     return out
 
 
+class AlertWriter(threading.Thread):
+    """Every `every_s` seconds (0: never), one alert's last_seen moved as a detection cycle does: the alert
+    list's version moves, and every page the workers hold is stale (each query's next request renders)."""
+
+    def __init__(self, url: str, every_s: float) -> None:
+        super().__init__(daemon=True)
+        self.url, self.every_s, self.done = url, every_s, threading.Event()
+
+    def run(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as c:
+            while not self.done.wait(self.every_s):
+                c.execute("UPDATE alerts SET last_seen_ms = %s WHERE id = (SELECT min(id) FROM alerts)",
+                          (int(time.time() * 1000),))
+
+    def __enter__(self) -> AlertWriter:
+        if self.every_s:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+
+
 class Phase:
     """CPU used during one phase: the API processes and the bench database's backends (per pid), and the
     whole machine (psutil.cpu_times: all processes, other work on the machine included)."""
@@ -255,6 +283,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--no-revalidate", dest="revalidate", action="store_false",
                     help="alert requests send no If-None-Match (each gets its whole page)")
+    ap.add_argument("--alert-writes", type=float, default=0.0,
+                    help="during the mix, an alert written every this many seconds (as a detection cycle does)")
+    ap.add_argument("--warmup", type=float, default=0.0,
+                    help="seconds of each phase's requests sent first and not counted")
     ap.add_argument("--client", choices=("lean", "aiohttp"), default="lean", help="the generator's HTTP client")
     ap.add_argument("--app-dir", type=Path, default=REPO,
                     help="serve another checkout's code (e.g. `git archive` of the commit before a change)")
@@ -271,6 +303,7 @@ def main() -> None:
     url = create_db(args.server, "fw_load")
     results: dict[tuple[str, float, str], tuple[dict[str, list[float]], Phase]] = {}
     kinds: list[tuple[str, str, Phase, dict[str, list[float]]]] = []
+    warmups: dict[tuple[str, float, str], dict[str, list[float]]] = {}
     try:
         add_inventory(url, devices)
         seed(url)
@@ -299,8 +332,15 @@ def main() -> None:
                     time.sleep(12 if first else 3)
                     first = False
                     for what in ("anchor", "mix"):
+                        if args.warmup:  # the same requests first, reported apart: the caches fill
+                            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as run:
+                                warmups[(app_dir, r, what)] = run.run(open_loop(
+                                    srv_base, r, args.warmup, anchor=what == "anchor", revalidate=args.revalidate,
+                                    client=args.client))
                         gen_cpu: list[float] = []
-                        with Phase(srv, url) as phase, asyncio.Runner(loop_factory=uvloop.new_event_loop) as run:
+                        writer = AlertWriter(url, args.alert_writes if what == "mix" else 0.0)
+                        with Phase(srv, url) as phase, writer, \
+                                asyncio.Runner(loop_factory=uvloop.new_event_loop) as run:
                             res = run.run(open_loop(srv_base, r, args.seconds, anchor=what == "anchor",
                                                     revalidate=args.revalidate, client=args.client, cpu=gen_cpu))
                         phase.generator_s = gen_cpu[0]
@@ -324,6 +364,10 @@ def main() -> None:
                 print(f"{app_dir}:")
             names = ("healthz",) if what == "anchor" else ("alerts", "series")
             for name in names:
+                if (app_dir, r, what) in warmups:
+                    xs = warmups[(app_dir, r, what)][name]
+                    print(f"{r:5.0f} req/s  {name:7s}: warm-up {args.warmup:.0f} s, not counted below: n={len(xs):5d}  "
+                          f"p50 {pct(xs, 0.5):7.1f} ms  p99 {pct(xs, 0.99):7.1f} ms  max {pct(xs, 1.0):7.1f} ms")
                 xs = res[name]
                 print(f"{r:5.0f} req/s  {name:7s}: n={len(xs):5d}  p50 {pct(xs, 0.5):7.1f} ms  "
                       f"p99 {pct(xs, 0.99):7.1f} ms  max {pct(xs, 1.0):7.1f} ms")
