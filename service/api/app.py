@@ -8,6 +8,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 import anyio.to_thread
 import psycopg
 from fastapi import FastAPI
@@ -46,6 +47,7 @@ ROUTERS = (health.router, alert_views.router, telemetry_views.router, noc_views.
            remote_write_views.router)
 
 DOCS_ASSETS = "/docs/assets"
+WARM_TIMEOUT_S = 10.0  # how long start-up waits for the database to open the pools' connections
 log = logging.getLogger(__name__)
 
 
@@ -88,8 +90,12 @@ async def _warm_pools(app: FastAPI) -> None:
                 conn.close()
 
     try:
-        await anyio.to_thread.run_sync(warm_sync)
-        await asyncio.gather(*(reads.fetchone("SELECT 1") for _ in range(reads.size)))
+        with anyio.move_on_after(WARM_TIMEOUT_S) as scope:  # a server that accepts and never answers
+            await anyio.to_thread.run_sync(warm_sync, abandon_on_cancel=True)
+            await asyncio.gather(*(reads.fetchone("SELECT 1") for _ in range(reads.size)))
+        if scope.cancelled_caught:
+            log.warning("the database did not answer at start-up within %s s: its connections open as requests "
+                        "need them", WARM_TIMEOUT_S)
     except (exc.SQLAlchemyError, psycopg.Error, OSError) as e:
         log.warning("the database did not answer at start-up (%s): its connections open as requests need them", e)
 

@@ -4,6 +4,7 @@ PostgreSQL backend for each request over the pool's size and closing it again (s
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event
 
+from service.api import app as app_module
 from service.api.app import create_app
 from service.config import load_settings
 
@@ -103,3 +105,19 @@ def test_the_api_starts_while_the_database_does_not_answer(caplog: pytest.LogCap
         r = client.get("/api/v1/alerts")
     assert r.status_code == 503, r.text
     assert "did not answer at start-up" in caplog.text
+
+
+def test_the_api_starts_while_the_database_accepts_and_never_answers(monkeypatch: pytest.MonkeyPatch,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(app_module, "WARM_TIMEOUT_S", 0.5)
+    with socket.socket() as silent:  # connections queue in its backlog: nothing ever reads or answers them
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        port = silent.getsockname()[1]
+        app = create_app(load_settings(database_url=f"postgresql+psycopg://postgres@127.0.0.1:{port}/fabricwatch",
+                                       auth_required=False))
+        started = time.monotonic()
+        with caplog.at_level("WARNING", logger="service.api.app"), TestClient(app) as client:
+            assert time.monotonic() - started < 5
+            assert client.get("/healthz").status_code == 200
+    assert "did not answer at start-up within 0.5 s" in caplog.text
