@@ -327,6 +327,13 @@ class Builder:
                                    f"{summary}", evidence=opt.evidence + ev))
 
     # -- optical ----------------------------------------------------------------------------
+    def as_link_down(self, opt: Finding, p: int) -> Finding:
+        """Receiver `opt`'s optical finding as the link-down alert of p's end of its link (kind link_down, p's
+        identity): the loss took that link down, and what the link's ends show after is that alert's."""
+        (dev, port), (pdev, pport) = self._names(p), self._peer_names(p)
+        return dc_replace(opt, kind="link_down", scope="link", device=dev, port=port, peer_device=pdev,
+                          peer_port=pport)
+
     def optical(self, p: int, state: str, kind: str = "optical_degradation", lane_deg: np.ndarray | None = None
                 ) -> None:
         """The optical finding of receiver p (`kind`: post_fec_errors when it carries a post-FEC alert that the
@@ -659,6 +666,13 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
     st.down_carry &= link_down
     opt_open = active["optical_degradation"] | st.latched["optical_degradation"] | \
         (st.onset["optical_degradation"] > 0) | st.pf_carry | st.down_carry
+    # a link-down alert that named an optical loss (light arriving weak) goes on as that loss's alert: the errors
+    # and the optical episode at its link's ends after the link came back are the same fault, and join it (one
+    # alert that sharpens, not a second one at the receiver), until the link's light and errors are clean again
+    weak_port = seg_reduce(np.maximum, weak_lanes(f, st.cfg, slice(None)).astype(float), fab.lane_off, 0.0) > 0
+    st.ld_carry &= either_end(weak_port | opt_open | active["post_fec_errors"], fab.peer) | link_down
+    ld_end = np.where(st.ld_carry, np.arange(fab.P), -1)
+    ld_end = np.where(ld_end < 0, np.where(fab.peer >= 0, ld_end[np.maximum(fab.peer, 0)], -1), ld_end)
     st.storm_down &= link_down
     storm_left = st.storm_down & ~active["flap_storm"]
     if storm_left.any():
@@ -764,6 +778,14 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
             continue
         for p in np.flatnonzero(active[kind]).tolist():
             state = "firing" if firing[kind][p] else "holding"
+            if kind in ("optical_degradation", "post_fec_errors") and ld_end[p] >= 0:
+                q = int(fab.peer[p])  # the optics of the end whose light is weak, whichever end the errors are at
+                r = q if q >= 0 and not (weak_port | opt_open)[p] and (weak_port | opt_open)[q] else p
+                b.optical(r, "firing" if firing[kind][p] or opt_state[0][p] else "holding")
+                if p in joined:
+                    b.symptom(*joined[p])
+                b.out.append(b.as_link_down(b.out.pop(), int(ld_end[p])))
+                continue
             if kind == "optical_degradation":
                 b.optical(p, state)
                 if p in joined:
@@ -796,12 +818,11 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
                     b.optical(r, state, lane_deg=weak)
                     opt = b.out.pop()
                     b.out.append(dc_replace(
-                        opt, kind=kind, scope="link", device=b._names(p)[0], port=b._names(p)[1],
-                        peer_device=b._peer_names(p)[0], peer_port=b._peer_names(p)[1],
-                        severity=Severity.PAGE if Severity.PAGE in (sev, opt.severity) else sev,
+                        b.as_link_down(opt, p), severity=Severity.PAGE if Severity.PAGE in (sev, opt.severity) else sev,
                         summary=f"{opt.summary}. It took the {summary}",
                         evidence=[e for e in opt.evidence if e.feature not in ("onset_ms", "degraded_input")]
                         + ev + b.context(kind, p), score=round(float(cond.score[kind][p]), 4)))
+                    st.ld_carry[p] = True
                     continue
                 b.add(kind, p, Cause.LINK_DOWN, sev, Action.CHECK_LINK, state, cond.score[kind][p], summary,
                       scope="link", end=None, evidence=ev)

@@ -700,6 +700,7 @@ class FeatureState:
         self.up_ms = np.zeros(P, np.int64)
         self.pf_carry = np.zeros(P, bool)              # a post-FEC alert carries this port's optical episode
         self.down_carry = np.zeros(P, bool)            # this receiver's optical episode took its link down
+        self.ld_carry = np.zeros(P, bool)              # this end's link-down alert carries its link's optical episode
         self.pf_last_ms = np.zeros(P, np.int64)        # last cycle a post-FEC finding of its own was built
         self.storm_down = np.zeros(P, bool)            # a flap storm's end whose link went down: its alert goes on
         # layer-1 results, refreshed at each trend bucket close and kept until the next
@@ -928,7 +929,8 @@ class FeatureState:
                                     "oper_gap": self.oper_gap, "down_ms": self.down_ms, "up_ms": self.up_ms,
                                     **{f"dark|{m}": v for m, v in self.dark_since.items()},
                                     "pf_carry": self.pf_carry, "pf_last_ms": self.pf_last_ms,
-                                    "down_carry": self.down_carry, "storm_down": self.storm_down,
+                                    "down_carry": self.down_carry, "ld_carry": self.ld_carry,
+                                    "storm_down": self.storm_down,
                                     "flap_t": self.flaps.t}
         for m, t in self.gauges.items():
             for f in t.FIELDS:
