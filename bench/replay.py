@@ -2,6 +2,7 @@
 
     python bench/replay.py prepare [--days 7] [--one-import]   # simulate + import into a kept database
     python bench/replay.py run [--days 7] [--anchor-hours 2] [--compress] [--read-only] [--no-alerts]
+    python bench/replay.py prepare|run --dense --days 1 ...    # every metric every 60 s: 5-15x the samples a cycle
 
 The history: a 24-switch, 320-port rail-optimized fabric (20 hosts x 4 NICs, 4 spines), the simulator's
 physical metric mix with counters polled every 5 minutes and optics every 15 (bench/detection_eval.py's
@@ -368,7 +369,13 @@ def main() -> None:
     ap.add_argument("--baseline", metavar="TREE", help="side: the source tree to compare against")
     ap.add_argument("--tree", metavar="TREE", default=str(REPO), help="side: the tree to measure (this one)")
     ap.add_argument("--findings-dir", default="/tmp/replay-side", help="side: where the two findings files go")
+    ap.add_argument("--dense", action="store_true",
+                    help="prepare/run: every metric polled every 60 s (the simulator's default cadence), kept as "
+                         "fw_replay_dense")
     args = ap.parse_args()
+    if args.dense:  # its own kept database: prepare and run it apart from the sparse week
+        global DB, COUNTERS_S, OPTICS_S
+        DB, COUNTERS_S, OPTICS_S = "fw_replay_dense", 60, 60
     if args.what == "child":  # the tree's own service package, not this checkout's
         sys.path.insert(0, args.tree)
         child(args.server, args.days, args.findings)

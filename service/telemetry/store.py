@@ -55,6 +55,11 @@ class Samples:
     def take(self, idx: np.ndarray) -> Samples:
         return Samples(self.sid[idx], self.ts_us[idx], self.value[idx])
 
+    def strictly_sorted(self) -> bool:
+        """Sorted by (series, time) with no (series, time) twice: what a sort and a dedup would leave as is."""
+        s, t = self.sid, self.ts_us
+        return bool(((s[1:] > s[:-1]) | ((s[1:] == s[:-1]) & (t[1:] > t[:-1]))).all())
+
 
 def _us(t: datetime) -> int:
     return (t - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
@@ -159,6 +164,11 @@ def per_series(rows: str) -> str:
 def merge(first: Samples, second: Samples) -> tuple[Samples, int]:
     """Both sets sorted by (series, time), one sample per (series, time), `first`'s where both have
     one; and how many of `second`'s were dropped as duplicates."""
+    # one side empty and the other already in order (a replay's day of chunks alone): nothing to sort, and
+    # sorting ~20M samples took ~9 s of CPU a day (docs/benchmarks.md, 2026-12-05)
+    for alone, other in ((first, second), (second, first)):
+        if not len(other) and alone.strictly_sorted():
+            return alone, 0
     sid = np.concatenate([first.sid, second.sid])
     ts = np.concatenate([first.ts_us, second.ts_us])
     value = np.concatenate([first.value, second.value])
@@ -181,15 +191,19 @@ def _decoded(chunks: list[tuple[int, bytes]], lo: datetime, hi: datetime) -> Sam
     """The samples of these chunks in [lo, hi], sorted by series and time."""
     if not chunks:
         return Samples.empty()
-    sids, times, values = [], [], []
-    for sid, data in chunks:
-        ts, vals = decode(data)
-        sids.append(np.full(len(ts), sid, np.int64))
-        times.append(ts)
-        values.append(vals)
-    out = Samples(np.concatenate(sids), np.concatenate(times), np.concatenate(values))
-    sel = (out.ts_us >= _us(lo)) & (out.ts_us <= _us(hi))
-    out = out.take(np.nonzero(sel)[0])
+    parts = [(sid, *decode(data)) for sid, data in chunks]
+    # Concatenated in (series, first time) order, a series' chunks (disjoint, each in time order) come out
+    # sorted already: checked, else sorted as they came. Sorting every sample of a day's chunks took ~19 s of
+    # CPU for a replay's dense day (docs/benchmarks.md, 2026-12-05).
+    by_start = sorted(range(len(parts)), key=lambda i: (parts[i][0], parts[i][1][0] if len(parts[i][1]) else 0))
+    for order in (by_start, range(len(parts))):
+        out = Samples(np.concatenate([np.full(len(parts[i][1]), parts[i][0], np.int64) for i in order]),
+                      np.concatenate([parts[i][1] for i in order]), np.concatenate([parts[i][2] for i in order]))
+        sel = (out.ts_us >= _us(lo)) & (out.ts_us <= _us(hi))
+        if not sel.all():
+            out = out.take(sel)
+        if out.strictly_sorted():
+            return out
     return out.take(np.lexsort((out.ts_us, out.sid)))
 
 
