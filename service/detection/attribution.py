@@ -669,10 +669,13 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
     # a link-down alert that named an optical loss (light arriving weak) goes on as that loss's alert: the errors
     # and the optical episode at its link's ends after the link came back are the same fault, and join it (one
     # alert that sharpens, not a second one at the receiver), until the link's light and errors are clean again
-    weak_port = seg_reduce(np.maximum, weak_lanes(f, st.cfg, slice(None)).astype(float), fab.lane_off, 0.0) > 0
-    st.ld_carry &= either_end(weak_port | opt_open | active["post_fec_errors"], fab.peer) | link_down
-    ld_end = np.where(st.ld_carry, np.arange(fab.P), -1)
-    ld_end = np.where(ld_end < 0, np.where(fab.peer >= 0, ld_end[np.maximum(fab.peer, 0)], -1), ld_end)
+    ld_end = np.full(fab.P, -1)  # the end whose link-down alert carries this port's link (-1: none)
+    if st.ld_carry.any():  # most cycles carry nothing: no per-lane work then
+        weak_or_open = opt_open | (seg_reduce(np.maximum, weak_lanes(f, st.cfg, slice(None)).astype(float),
+                                              fab.lane_off, 0.0) > 0)
+        st.ld_carry &= either_end(weak_or_open | active["post_fec_errors"], fab.peer) | link_down
+        peer_carries = (fab.peer >= 0) & st.ld_carry[np.maximum(fab.peer, 0)]
+        ld_end = np.where(st.ld_carry, np.arange(fab.P), np.where(peer_carries, fab.peer, -1))
     st.storm_down &= link_down
     storm_left = st.storm_down & ~active["flap_storm"]
     if storm_left.any():
@@ -780,7 +783,7 @@ def build(st: FeatureState, f: Features, cond: Conditions, firing: dict[str, np.
             state = "firing" if firing[kind][p] else "holding"
             if kind in ("optical_degradation", "post_fec_errors") and ld_end[p] >= 0:
                 q = int(fab.peer[p])  # the optics of the end whose light is weak, whichever end the errors are at
-                r = q if q >= 0 and not (weak_port | opt_open)[p] and (weak_port | opt_open)[q] else p
+                r = q if q >= 0 and not weak_or_open[p] and weak_or_open[q] else p
                 b.optical(r, "firing" if firing[kind][p] or opt_state[0][p] else "holding")
                 if p in joined:
                     b.symptom(*joined[p])
