@@ -8,7 +8,12 @@ decoded once) with the store's one reader (service/telemetry/store.py), orders t
 read does, and hands each cycle the same (lo, hi] slice a live read of that range would have returned,
 grouped by metric the same way. The engine state it feeds is the live one; only the reading differs.
 
-Memory: one span of samples (about 24 bytes each, plus the detection metrics' share of a day's rows).
+Given the engine, the reader reads the next span on its own connection in a background thread while the
+cycles of this one run: the server's half of a read (aggregating a day's rows, streaming it) and the
+client's sort by time overlap with the engine's work instead of stopping it once a day.
+
+Memory: two spans of samples (about 24 bytes each, plus the detection metrics' share of a day's rows): the
+one being replayed and the one read ahead.
 
 A span's read keeps one sample per (series, time) whenever the span has compressed chunks, where a live
 cycle over rows alone may hand over both copies of a re-imported sample (`sample_store.read_samples`);
@@ -17,11 +22,12 @@ cycle over rows alone may hand over both copies of a re-imported sample (`sample
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import numpy as np
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 
 from service.detection.state import USED_METRICS, Fabric
 from service.telemetry import store as sample_store
@@ -32,6 +38,7 @@ if TYPE_CHECKING:
 DAY_MS = 86_400_000
 
 Batch = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+_Span = tuple[int, np.ndarray, np.ndarray, np.ndarray]  # (end, series ids, times, values): one span in time order
 
 
 def _dt_us(us: int) -> datetime:
@@ -90,10 +97,13 @@ class HistoryReader:
     the detection metrics' samples with lo < ts_ms <= hi, in time order (series id within a time),
     grouped per metric, and the series index (reloaded when a sample names a series newer than it).
     Each call's `lo` must not be before the previous call's `hi`; with `until_ms`, no span is read past
-    that time (a read past it still gets its samples, a span at a time).
+    that time (a read past it still gets its samples, a span at a time). With `read_ahead` (an engine;
+    `until_ms` needed), spans are read on a connection of their own in a background thread, the next one
+    while the caller works through this one; `close()` (or `with`) stops it.
     """
 
-    def __init__(self, conn: Connection, fabric: Fabric, span_ms: int = DAY_MS, until_ms: int | None = None) -> None:
+    def __init__(self, conn: Connection, fabric: Fabric, span_ms: int = DAY_MS, until_ms: int | None = None,
+                 read_ahead: Engine | None = None) -> None:
         if span_ms <= 0:
             raise ValueError("span must be positive")
         self.conn, self.fabric, self.span_ms = conn, fabric, span_ms
@@ -107,6 +117,21 @@ class HistoryReader:
         self._val = np.empty(0, np.float64)
         self._at = 0  # the buffer before this index has been handed out or skipped
         self._last_hi: int | None = None
+        self._engine = read_ahead if until_ms is not None else None
+        self._pool = ThreadPoolExecutor(1, "history-read-ahead") if self._engine is not None else None
+        self._ahead: tuple[int, Future[_Span]] | None = None  # (start, its read) of the span read ahead
+
+    def __enter__(self) -> HistoryReader:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop reading ahead (a read under way is waited for and dropped)."""
+        if self._pool is not None:
+            self._ahead = None
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
     def _span_end(self, start_us: int) -> int:
         """The next span boundary after `start_us`: `span_ms` steps from UTC midnight, never past it."""
@@ -116,22 +141,46 @@ class HistoryReader:
         end = min(day + k * self.span_ms, day + DAY_MS) * 1000
         return min(end, self._until_us) if self._until_us is not None and start_us < self._until_us else end
 
+    def _read_span(self, start_us: int) -> _Span:
+        """The stored samples of the span from `start_us`, in time order (series within a time, as live
+        orders), and the span's end."""
+        end = self._span_end(start_us)
+        if self._engine is None:
+            got = read_span(self.conn, _dt_us(start_us), _dt_us(end - 1))
+        else:
+            with self._engine.connect() as conn:
+                got = read_span(conn, _dt_us(start_us), _dt_us(end - 1))
+        order = np.argsort(got.ts_us, kind="stable")
+        return end, got.sid[order], got.ts_us[order], got.value[order]
+
+    def _next_span(self, start_us: int) -> _Span:
+        ahead, self._ahead = self._ahead, None
+        if self._pool is None:
+            span = self._read_span(start_us)
+        else:
+            if ahead is not None and ahead[0] != start_us:  # the caller jumped past it
+                ahead[1].cancel()
+                ahead = None
+            span = (ahead[1] if ahead is not None else self._pool.submit(self._read_span, start_us)).result()
+            if self._until_us is not None and span[0] < self._until_us:
+                self._ahead = (span[0], self._pool.submit(self._read_span, span[0]))
+        self.samples_read += len(span[1])
+        self.spans_read += 1
+        return span
+
     def _load(self, start_us: int, need_us: int) -> None:
         """Read spans from `start_us` until the buffer reaches `need_us` (exclusive)."""
         sids, times, vals = [self._sid[self._at:]], [self._ts_us[self._at:]], [self._val[self._at:]]
         end = start_us
         while end < need_us:
-            nxt = self._span_end(end)
-            got = read_span(self.conn, _dt_us(end), _dt_us(nxt - 1))
-            self.samples_read += len(got)
-            self.spans_read += 1
-            if len(got):
-                order = np.argsort(got.ts_us, kind="stable")  # by time, series within a time (as live orders)
-                sids.append(got.sid[order])
-                times.append(got.ts_us[order])
-                vals.append(got.value[order])
-            end = nxt
-        self._sid, self._ts_us, self._val = np.concatenate(sids), np.concatenate(times), np.concatenate(vals)
+            end, sid, ts, val = self._next_span(end)
+            sids.append(sid)
+            times.append(ts)
+            vals.append(val)
+        if len(sids) == 2 and not len(sids[0]):  # the usual case: nothing left of the span before
+            self._sid, self._ts_us, self._val = sids[1], times[1], vals[1]
+        else:
+            self._sid, self._ts_us, self._val = np.concatenate(sids), np.concatenate(times), np.concatenate(vals)
         self._at, self._end_us = 0, end
 
     def read(self, lo_ms: int, hi_ms: int, sx: SeriesIndex) -> tuple[Batch, SeriesIndex]:

@@ -291,12 +291,17 @@ def backtest(engine: Engine, from_ms: int, to_ms: int, step_ms: int, *, config: 
         _apply_meta(st, sx)
         eng = DetectionEngine(ModelStore())
         last = from_ms + (to_ms - from_ms) // step_ms * step_ms  # the last cycle's time
-        reader = HistoryReader(conn, fabric, span_ms, last - st.cfg.lateness_ms) if span_ms is not None else None
-        t = from_ms
-        while t <= to_ms:
-            findings, sx = _advance(conn, eng, st, sx, t, reader, more)
-            out.extend(findings)
-            if on_cycle is not None:
-                on_cycle(t, findings)
-            t += step_ms
+        reader = (HistoryReader(conn, fabric, span_ms, last - st.cfg.lateness_ms, read_ahead=engine)
+                  if span_ms is not None else None)
+        try:
+            t = from_ms
+            while t <= to_ms:
+                findings, sx = _advance(conn, eng, st, sx, t, reader, more)
+                out.extend(findings)
+                if on_cycle is not None:
+                    on_cycle(t, findings)
+                t += step_ms
+        finally:
+            if reader is not None:
+                reader.close()
     return out

@@ -5,6 +5,7 @@ cycles reading their own windows find, over history that is part compressed chun
 from __future__ import annotations
 
 import io
+import threading
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -145,3 +146,48 @@ def test_span_reads_equal_the_store_reader_over_blocks_rows_and_chunks(db: Engin
         assert conn.execute(text("SELECT count(*) FROM sample_chunks")).scalar_one() > 0
         for lo, hi in ranges:
             assert _same(read_span(conn, lo, hi), sample_store.read_samples(conn, lo, hi)), (lo, hi)
+
+
+def _batches_equal(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(all(np.array_equal(x, y) for x, y in zip(a[k], b[k], strict=True))
+                                        for k in a)
+
+
+def test_reading_ahead_hands_out_what_reading_in_turn_does_and_stops_with_the_reader(db: Engine) -> None:
+    """With an engine, spans are read on their own connection in a background thread, one ahead of the
+    caller; the slices handed out are the same, also when the caller jumps past the span read ahead."""
+    _imported_then_polled(db, 12, 20)
+    until = START + 20 * 60_000
+    # (lo, hi] ranges: cycles a minute apart, then a jump over two 3-minute spans, then to the end
+    ranges = [(START + i * 60_000, START + (i + 1) * 60_000) for i in range(5)]
+    ranges += [(START + 11 * 60_000, START + 12 * 60_000), (START + 12 * 60_000, until)]
+    threads: list[str] = []
+
+    def spy(conn, lo, hi):  # type: ignore[no-untyped-def]
+        threads.append(threading.current_thread().name)
+        return read_span(conn, lo, hi)
+
+    with db.connect() as conn:
+        fabric = load_fabric(conn)
+        sx = load_series(conn, fabric)
+        in_turn = HistoryReader(conn, fabric, 3 * 60_000, until)
+        want = [in_turn.read(lo, hi, sx)[0] for lo, hi in ranges]
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("service.detection.replay.read_span", spy)
+            with HistoryReader(conn, fabric, 3 * 60_000, until, read_ahead=db) as ahead:
+                got = [ahead.read(lo, hi, sx)[0] for lo, hi in ranges]
+                assert ahead.samples_read == in_turn.samples_read > 0
+    assert sum(len(ts) for b in want for _, ts, _ in b.values()) > 0
+    assert all(_batches_equal(w, g) for w, g in zip(want, got, strict=True))
+    assert threads and all(name.startswith("history-read-ahead") for name in threads)
+    assert not [t for t in threading.enumerate() if t.name.startswith("history-read-ahead")]  # closed
+
+
+def test_a_backtest_that_fails_midway_stops_reading_ahead(history: Engine) -> None:
+    def boom(at_ms: int, _: list) -> None:
+        if at_ms >= START + 40 * 60_000:
+            raise RuntimeError("stop here")
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        backtest(history, START + 30 * 60_000, START + MINUTES * 60_000, 60_000, span_ms=5 * 60_000, on_cycle=boom)
+    assert not [t for t in threading.enumerate() if t.name.startswith("history-read-ahead")]
