@@ -13,9 +13,10 @@ import anyio.to_thread
 import psycopg
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
-from sqlalchemy import Engine, exc
+from sqlalchemy import Connection, Engine, exc
 
 from service import events
+from service.alerts import listcache
 from service.alerts import views as alert_views
 from service.api import health, problems
 from service.api.auth import Authenticate
@@ -85,6 +86,8 @@ async def _warm_pools(app: FastAPI) -> None:
             for _ in range(app.state.settings.api_db_threads):
                 conns.append(engine.connect())
                 conns[-1].exec_driver_sql("SELECT 1")
+            for conn in conns:
+                _warm_reads(conn)
         finally:
             for conn in conns:
                 conn.close()
@@ -92,12 +95,24 @@ async def _warm_pools(app: FastAPI) -> None:
     try:
         with anyio.move_on_after(WARM_TIMEOUT_S) as scope:  # a server that accepts and never answers
             await anyio.to_thread.run_sync(warm_sync, abandon_on_cancel=True)
-            await asyncio.gather(*(reads.fetchone("SELECT 1") for _ in range(reads.size)))
+            await asyncio.gather(*(listcache.read_version_async(reads) for _ in range(reads.size)))
         if scope.cancelled_caught:
             log.warning("the database did not answer at start-up within %s s: its connections open as requests "
                         "need them", WARM_TIMEOUT_S)
     except (exc.SQLAlchemyError, psycopg.Error, OSError) as e:
         log.warning("the database did not answer at start-up (%s): its connections open as requests need them", e)
+
+
+def _warm_reads(conn: Connection) -> None:
+    """The pollers' reads (/alerts, /series) once on this pooled connection: a new backend's first statements
+    and a process's first answers were the rest of the cold start's tail (docs/benchmarks.md). A read that
+    fails here (a database not yet migrated) fails again for its request, which says why."""
+    for path, views in (("/api/v1/alerts", alert_views), ("/api/v1/series", telemetry_views)):
+        try:
+            views.warm(conn)
+        except exc.SQLAlchemyError as e:
+            conn.rollback()
+            log.warning("start-up: warming the reads of %s failed (%s); its first requests start cold", path, e)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

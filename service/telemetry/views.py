@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import Field
 from pydantic_core import to_json
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from starlette.concurrency import run_in_threadpool
 
 from service.api.auth import ReadScope, authorize, require
@@ -101,6 +101,14 @@ async def answer_series(request: Request) -> Response:
     await authorize(request, "read")
     q = read_query(request, SeriesQuery)
     return await run_in_threadpool(_series, request.app.state.engine, request.app.state.settings, q)
+
+
+def warm(conn: Connection) -> None:
+    """/series' reads once on this connection, at start-up (as alerts.views.warm): one stored series of
+    the busiest metric over the last hour from samples, and over 3 days from the rollups."""
+    now = datetime.now(UTC)
+    for span in (timedelta(hours=1), timedelta(days=3)):
+        query_series(conn=conn, metric="port_rx_bytes_total", start=now - span, end=now, max_series=1)
 
 
 def _series(engine: Engine, settings: Settings, q: SeriesQuery) -> Response:

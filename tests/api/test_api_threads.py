@@ -121,3 +121,40 @@ def test_the_api_starts_while_the_database_accepts_and_never_answers(monkeypatch
             assert time.monotonic() - started < 5
             assert client.get("/healthz").status_code == 200
     assert "did not answer at start-up within 0.5 s" in caplog.text
+
+
+def test_each_pooled_connection_runs_the_pollers_reads_before_the_first_request(
+        own_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A new backend's first statements on a table, and a process's first answers, queued the pollers' reads for
+    the first seconds of a cold start at 500 req/s (docs/benchmarks.md): each connection runs them at start-up."""
+    from service.alerts import views as alert_views
+    from service.telemetry import views as telemetry_views
+
+    seen: dict[str, list[int]] = {"alerts": [], "series": []}
+    for name, module in (("alerts", alert_views), ("series", telemetry_views)):
+        def spy(conn: Any, real: Any = module.warm, name: str = name) -> None:
+            seen[name].append(id(conn.connection.driver_connection))
+            real(conn)
+        monkeypatch.setattr(module, "warm", spy)
+    app = create_app(load_settings(database_url=own_url, auth_required=False, api_db_threads=4))
+    with caplog.at_level("WARNING", logger="service.api.app"), TestClient(app) as client:
+        assert len(set(seen["alerts"])) == len(set(seen["series"])) == 4  # before any request: one per connection
+        assert client.get("/api/v1/alerts").status_code == 200
+    assert "failed" not in caplog.text  # the real reads ran, on the migrated database
+
+
+def test_a_read_that_fails_to_warm_is_logged_and_the_api_starts(own_url: str, monkeypatch: pytest.MonkeyPatch,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    from sqlalchemy import text
+
+    from service.telemetry import views as telemetry_views
+
+    def broken(conn: Any) -> None:
+        conn.execute(text("SELECT * FROM no_such_table"))
+
+    monkeypatch.setattr(telemetry_views, "warm", broken)
+    app = create_app(load_settings(database_url=own_url, auth_required=False, api_db_threads=2))
+    with caplog.at_level("WARNING", logger="service.api.app"), TestClient(app) as client:
+        assert client.get("/api/v1/alerts").status_code == 200
+    assert caplog.text.count("warming the reads of /api/v1/series failed") == 2  # one per connection
+    assert "no_such_table" in caplog.text and "of /api/v1/alerts failed" not in caplog.text
