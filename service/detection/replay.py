@@ -97,8 +97,8 @@ class HistoryReader:
     the detection metrics' samples with lo < ts_ms <= hi, in time order (series id within a time),
     grouped per metric, and the series index (reloaded when a sample names a series newer than it).
     Each call's `lo` must not be before the previous call's `hi`; with `until_ms`, no span is read past
-    that time (a read past it still gets its samples, a span at a time). With `read_ahead` (an engine;
-    `until_ms` needed), spans are read on a connection of their own in a background thread, the next one
+    that time (a read past it still gets its samples, a span at a time). With `read_ahead` (an engine),
+    spans are read on a connection of their own in a background thread, the next one (up to `until_ms`)
     while the caller works through this one; `close()` (or `with`) stops it.
     """
 
@@ -117,7 +117,7 @@ class HistoryReader:
         self._val = np.empty(0, np.float64)
         self._at = 0  # the buffer before this index has been handed out or skipped
         self._last_hi: int | None = None
-        self._engine = read_ahead if until_ms is not None else None
+        self._engine = read_ahead
         self._pool = ThreadPoolExecutor(1, "history-read-ahead") if self._engine is not None else None
         self._ahead: tuple[int, Future[_Span]] | None = None  # (start, its read) of the span read ahead
 
