@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, text
 
-from service.telemetry.store import merged_between, stage_chunks
+from service.telemetry.store import newest_between
 
 TIER = {"host": 0, "leaf": 1, "spine": 2, "core": 3}
 FABRIC_POD = "(fabric)"  # pod name for links between pod-less devices (shared spines and cores)
@@ -112,17 +112,12 @@ def load_graph(*, conn: Connection) -> Graph:
 
 def down_links(*, conn: Connection, graph: Graph, at: datetime, lookback_s: float) -> set[int]:
     """Links with an end whose latest port_oper_up reading in the lookback is 0 (down now)."""
-    lo = at - timedelta(seconds=lookback_s)
-    staged = stage_chunks(conn, lo, at, list(conn.execute(text(  # compressed chunks too, for a past `at`
-        "SELECT id FROM series WHERE metric = 'port_oper_up' AND port_id IS NOT NULL")).scalars()))
-    rows = conn.execute(text(f"""
-        SELECT DISTINCT ON (s.port_id) s.port_id, x.value
-        FROM series s JOIN {merged_between(":lo", ":at", staged)} x ON x.series_id = s.id
-        WHERE s.metric = 'port_oper_up' AND s.port_id IS NOT NULL AND x.ts > :lo
-        ORDER BY s.port_id, x.ts DESC"""), {"lo": lo, "at": at}).all()
-    out = set()
-    for port_id, value in rows:
-        lid = graph.link_of_port.get(port_id)
-        if lid is not None and value < 0.5:
-            out.add(lid)
-    return out
+    port_of = dict(conn.execute(text(
+        "SELECT id, port_id FROM series WHERE metric = 'port_oper_up' AND port_id IS NOT NULL")).all())
+    newest: dict[int, tuple[int, float]] = {}  # port id -> its newest reading, of any of its series
+    for sid, (ts_us, value) in newest_between(conn, at - timedelta(seconds=lookback_s), at, list(port_of)).items():
+        port_id = port_of[sid]
+        if port_id not in newest or ts_us > newest[port_id][0]:
+            newest[port_id] = (ts_us, value)
+    return {lid for port_id, (_, value) in newest.items()
+            if value < 0.5 and (lid := graph.link_of_port.get(port_id)) is not None}
