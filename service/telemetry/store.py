@@ -6,8 +6,9 @@ stands in 5-minute rollup readings for the compressed time; the service reads th
 
 - `read_samples` returns numpy arrays (series, time, value) of everything in [lo, hi], for readers
   in Python (`/api/v1/series`, detection, incident soaks);
+- `newest_between` returns each series' newest sample in [lo, hi], a probe per series (drains' "down now");
 - `stage_chunks` decodes the chunks of a range into the session's temp table `chunk_samples`, for
-  readers whose work is SQL (KPIs, rollups, drains): they read `merged_between(lo, hi)`, rows and
+  readers whose work is SQL (KPIs, rollups): they read `merged_between(lo, hi)`, rows and
   blocks plus the staged chunk samples, in the same transaction.
 
 A sample both in a chunk and in the rows (a late duplicate, until compression merges it) is the
