@@ -24,7 +24,7 @@ from service.telemetry.partitions import ensure_partitions
 from service.telemetry.rollups import L5M, compute_chunk, run_rollups
 from service.telemetry.samples import Sample
 from service.telemetry.service import ingest_samples, query_series
-from service.telemetry.store import read_samples
+from service.telemetry.store import newest_between, read_samples
 from service.telemetry.tasks import compress_samples
 from service.worker import configure
 from simulator.scenarios import Scenario
@@ -262,3 +262,40 @@ def test_the_beat_task_compresses_with_the_settings(db: Engine, db_url: str, mon
     got = compress_samples.apply().get()
     assert got["complete"] and got["samples"] == len(_all(db)) and got["chunks"] > 0
     assert _count(db, "SELECT count(*) FROM sample_rows") == 0
+
+
+def _newest(db: Engine, lo: datetime, hi: datetime) -> dict[str, tuple[datetime, float]]:
+    with db.connect() as conn:
+        sids = dict(conn.execute(text("SELECT s.id, p.name FROM series s JOIN ports p ON p.id = s.port_id "
+                                      "WHERE s.metric = 'port_oper_up'")).all())
+        got = newest_between(conn, lo, hi, list(sids))
+    return {sids[sid]: (datetime.fromtimestamp(us / 1e6, UTC), v) for sid, (us, v) in got.items()}
+
+
+def test_newest_between_reads_hot_rows_and_chunks_alike(db: Engine) -> None:
+    """Each series' newest sample in a range (the drains' "down now"), before and after compression."""
+    add_hosts(db, 1, ports=3)
+    at = T0 + timedelta(hours=10)
+    # eth0: up every minute for an hour but down at minute 40; eth1: one reading before the range; eth2: none
+    ingest_samples(engine=db, samples=[Sample("port_oper_up", 0.0 if i == 40 else 1.0, _ms(at + timedelta(minutes=i)),
+                                              "h-000", "eth0") for i in range(60)]
+                   + [Sample("port_oper_up", 0.0, _ms(at - timedelta(hours=1)), "h-000", "eth1")])
+    hi = at + timedelta(minutes=40)
+    expected = {"eth0": (hi, 0.0)}
+    assert _newest(db, at, hi) == expected
+    assert _newest(db, at, hi + timedelta(seconds=59)) == expected  # the next reading is a minute later
+    assert _newest(db, at - timedelta(hours=1), at - timedelta(hours=1)) == {"eth1": (at - timedelta(hours=1), 0.0)}
+
+    run = run_compression(db, now=T0 + timedelta(days=2), hot_s=3600)
+    assert run.samples == 61
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM sample_rows")).scalar() == 0
+    # a range that ends inside a chunk (its tail is after the range) reads the chunk's samples
+    assert _newest(db, at, hi) == expected
+    assert _newest(db, at, at + timedelta(hours=2)) == {"eth0": (at + timedelta(minutes=59), 1.0)}
+
+    # a hot reading after the chunk is newer than any of the chunk's
+    now = T0 + timedelta(days=2)
+    ingest_samples(engine=db, samples=[Sample("port_oper_up", 0.0, _ms(now), "h-000", "eth0")])
+    assert _newest(db, at, now) == {"eth0": (now, 0.0)}
+    assert _newest(db, now - timedelta(minutes=15), now) == {"eth0": (now, 0.0)}
