@@ -23,6 +23,7 @@ from service.telemetry import catalogue
 from service.telemetry.counters import increase
 
 NPRIO = 8
+_STORED_PLAIN = {"reservoir_x"}  # members of the saved npz written without deflate (FeatureState.to_bytes)
 GAUGE_PORT = ("port_oper_up", "port_admin_up", "port_speed_bits_per_second", "optic_temperature_celsius",
               "optic_voltage_volts", "port_pre_fec_ber")
 GAUGE_LANE = ("optic_rx_power_dbm", "optic_tx_power_dbm", "optic_tx_bias_amperes", "optic_pre_fec_ber")
@@ -984,11 +985,17 @@ class FeatureState:
     def to_bytes(self) -> bytes:
         # an npz (np.load reads it as any other) deflated at level 1: the state is mostly zeros, NaN and repeated
         # values, so it is ~9x smaller for ~0.6 s more CPU at 20k ports, and the database no longer spends 2-3 s
-        # compressing (pglz) and storing the whole raw state every cycle (docs/benchmarks.md, 2026-12-04)
+        # compressing (pglz) and storing the whole raw state every cycle (docs/benchmarks.md, 2026-12-04).
+        # The training reservoir's rows are measured floats: deflate took 1/6 off them for 60 % of the save's
+        # CPU on a small fabric (most of the state's bytes there), so they are stored as they are.
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=1, allowZip64=True) as zf:
             for key, a in self.saved_arrays().items():
-                with zf.open(f"{key}.npy", "w", force_zip64=True) as f:
+                member: str | zipfile.ZipInfo = f"{key}.npy"  # by name: the archive's deflate, at its level
+                if key in _STORED_PLAIN:
+                    member = zipfile.ZipInfo(f"{key}.npy")
+                    member.compress_type = zipfile.ZIP_STORED
+                with zf.open(member, "w", force_zip64=True) as f:
                     np.lib.format.write_array(f, np.asanyarray(a), allow_pickle=False)
         return buf.getvalue()
 
