@@ -33,7 +33,7 @@ from service.detection.state import (
     fec_limit_for,
     thresholds_arrays,
 )
-from service.detection.store import StateCache, held_states, load_models, save_models
+from service.detection.store import StateCache, held_states
 from service.telemetry import store as sample_store
 
 _FABRIC_SQL = """
@@ -260,9 +260,9 @@ def detect_in(conn: Connection, at_ms: int, *, name: str = "default", config: Co
         raise ValueError(f"cycle at {iso_time(at_ms)} is not after the last cycle at {iso_time(st.last_cycle_ms)}")
     sx = load_series(conn, fabric)
     _apply_meta(st, sx)
-    eng = DetectionEngine(load_models(conn))
+    eng = DetectionEngine(states.take_models(conn))
     findings, _ = _advance(conn, eng, st, sx, at_ms, more=more)
-    save_models(conn, eng.models)
+    states.save_models(conn, eng.models)
     states.save(conn, name, st)
     if save:
         save_findings(conn, findings)

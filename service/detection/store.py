@@ -64,7 +64,7 @@ def save_state(conn: Connection, name: str, st: FeatureState) -> Version:
 class StateCache:
     """A process's detector states between its cycles, so that a cycle reads the stored state only when another
     process wrote it since (a second worker, a restarted one, a pod move or `_drop_detection`: service/shards/
-    rebalance.py) or this process's own save did not commit.
+    rebalance.py) or this process's own save did not commit. Its cohort models too (`take_models`).
 
     `take` hands the state over (it is no longer held: a cycle that fails leaves nothing here, and the next one
     reads the stored state); `save` writes it and holds it with the version its write gave the row. The next
@@ -74,8 +74,10 @@ class StateCache:
 
     def __init__(self) -> None:
         self._held: dict[tuple[str, str], tuple[Version, FeatureState]] = {}
+        self._models: dict[str, ModelStore] = {}  # by database
         self._lock = threading.Lock()
         self.loads = 0  # states read from the database (for tests and bench/detection_scale.py)
+        self.model_loads = 0  # model sets read from the database (for tests)
 
     @staticmethod
     def _key(conn: Connection, name: str) -> tuple[str, str]:
@@ -103,9 +105,30 @@ class StateCache:
         with self._lock:
             self._held[self._key(conn, name)] = (version, st)
 
+    def take_models(self, conn: Connection) -> ModelStore:
+        """The cohort models (load_models), held from this process's last cycle when they are still the newest
+        stored versions: a cycle then neither reads and rebuilds every forest again nor loses the scores the
+        store keeps for rows that did not move (ModelStore.score). Handed over like `take`'s state."""
+        key = self._key(conn, "")[0]
+        with self._lock:
+            held = self._models.pop(key, None)
+        if held is not None and not held.unusable and not held.new and \
+                {c: m.version for c, m in held.models.items()} == stored_versions(conn):
+            return held
+        self.model_loads += 1
+        return load_models(conn)
+
+    def save_models(self, conn: Connection, models: ModelStore) -> None:
+        """save_models, and hold them until the next `take_models` (a save that does not commit leaves the
+        database an older version: the next take reads it)."""
+        save_models(conn, models)
+        with self._lock:
+            self._models[self._key(conn, "")[0]] = models
+
     def clear(self) -> None:
         with self._lock:
             self._held.clear()
+            self._models.clear()
 
 
 # this process's (a Celery worker's: each process of a prefork pool has its own)
@@ -125,6 +148,14 @@ def save_models(conn: Connection, models: ModelStore) -> int:
         n += 1
     models.new.clear()
     return n
+
+
+def stored_versions(conn: Connection) -> dict[str, int]:
+    """The newest stored version per cohort of the models `load_models` uses (this feature layout's), blobs
+    unread."""
+    rows = conn.execute(text("SELECT DISTINCT ON (cohort) cohort, version, features FROM detector_models "
+                             "ORDER BY cohort, version DESC")).all()
+    return {cohort: version for cohort, version, features in rows if list(features) == list(IF_FEATURES)}
 
 
 def load_models(conn: Connection) -> ModelStore:

@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine, text
 
+from service.detection.features import IF_FEATURES
+from service.detection.forest import ModelStore
 from service.detection.service import detect_at, detect_in, load_fabric
 from service.detection.state import Config, FeatureState
-from service.detection.store import StateCache, load_state
+from service.detection.store import StateCache, load_state, save_models
 from tests.detection.test_live import SPEC, T0, load_history
 from tests.paths import REPO
 
@@ -193,3 +195,40 @@ def test_the_state_is_stored_deflated_and_a_plain_one_still_loads(db: Engine) ->
     assert len(blob) * 2 < len(plain.getvalue())
     assert differences(FeatureState.from_bytes(plain.getvalue(), fab), FeatureState.from_bytes(blob, fab)) == []
     assert differences(FeatureState.from_bytes(blob, fab), held) == []
+
+
+def _one_model(store: ModelStore, seed: int, at_ms: int) -> ModelStore:
+    X = np.random.default_rng(seed).normal(size=(600, len(IF_FEATURES)))
+    store.retrain(X, np.zeros(len(X), np.int64), ["c1"], at_ms, Config())
+    return store
+
+
+def test_models_are_held_between_cycles_and_read_again_when_the_stored_ones_moved_on(db: Engine) -> None:
+    """A cycle goes on with the models the last one held while they are the newest stored versions; a version
+    stored since (another process trained it), or this process's own save that did not commit, is read."""
+    load_history(db, SPEC, 20)
+    other = _one_model(ModelStore(), 1, 1_000)
+    with db.begin() as c:
+        save_models(c, other)
+    cache = StateCache()
+    detect_at(db, TIMES[0], states=cache)
+    key = db.url.render_as_string(hide_password=True)
+    held = cache._models[key]
+    detect_at(db, TIMES[1], states=cache)
+    detect_at(db, TIMES[2], states=cache)
+    assert cache.model_loads == 1 and held.models["c1"].version == 1
+    assert cache._models[key] is held  # the same store, cycle after cycle
+    # another process stores version 2
+    with db.begin() as c:
+        save_models(c, _one_model(other, 2, 2_000))
+    detect_at(db, TIMES[3], states=cache)
+    assert cache.model_loads == 2
+    with db.connect() as c:
+        with c.begin():
+            mine = cache.take_models(c)
+            assert mine.models["c1"].version == 2 and cache.model_loads == 2
+            cache.save_models(c, _one_model(mine, 3, 3_000))  # version 3, written, then rolled back
+            c.rollback()
+        with c.begin():
+            again = cache.take_models(c)
+    assert cache.model_loads == 3 and again.models["c1"].version == 2
