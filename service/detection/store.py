@@ -120,10 +120,12 @@ class StateCache:
 
     def save_models(self, conn: Connection, models: ModelStore) -> None:
         """save_models, and hold them until the next `take_models` (a save that does not commit leaves the
-        database an older version: the next take reads it)."""
-        save_models(conn, models)
-        with self._lock:
-            self._models[self._key(conn, "")[0]] = models
+        database an older version: the next take reads it). Not held if another process had stored one of
+        these versions first: the stored model is then the one of that number."""
+        trained = len(models.new)
+        if save_models(conn, models) == trained:
+            with self._lock:
+                self._models[self._key(conn, "")[0]] = models
 
     def clear(self) -> None:
         with self._lock:
@@ -136,16 +138,16 @@ held_states = StateCache()
 
 
 def save_models(conn: Connection, models: ModelStore) -> int:
-    """Write models trained since the last save (new versions only; old versions are kept)."""
+    """Write models trained since the last save (new versions only; old versions are kept); the number written
+    (a version another process stored first is kept as it is)."""
     n = 0
     for m in models.new:
-        conn.execute(text(
+        n += conn.execute(text(
             "INSERT INTO detector_models (cohort, version, trained_at, threshold, n_rows, features, blob) "
             "VALUES (:c, :v, :t, :th, :n, CAST(:f AS jsonb), :b) ON CONFLICT ON CONSTRAINT detector_model_version "
             "DO NOTHING"),
             {"c": m.cohort, "v": m.version, "t": _dt(m.trained_at_ms), "th": m.threshold, "n": m.n_rows,
-             "f": json.dumps(list(IF_FEATURES)), "b": m.to_blob()})
-        n += 1
+             "f": json.dumps(list(IF_FEATURES)), "b": m.to_blob()}).rowcount
     models.new.clear()
     return n
 

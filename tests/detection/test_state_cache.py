@@ -16,7 +16,7 @@ from service.detection.features import IF_FEATURES
 from service.detection.forest import ModelStore
 from service.detection.service import detect_at, detect_in, load_fabric
 from service.detection.state import Config, FeatureState
-from service.detection.store import StateCache, load_state, save_models
+from service.detection.store import StateCache, load_models, load_state, save_models
 from tests.detection.test_live import SPEC, T0, load_history
 from tests.paths import REPO
 
@@ -232,3 +232,9 @@ def test_models_are_held_between_cycles_and_read_again_when_the_stored_ones_move
         with c.begin():
             again = cache.take_models(c)
     assert cache.model_loads == 3 and again.models["c1"].version == 2
+    # another process stores version 3 first: this process's own version 3 is not the stored one, not held
+    with db.begin() as c:
+        save_models(c, _one_model(load_models(c), 4, 4_000))
+    with db.begin() as c:
+        cache.save_models(c, _one_model(again, 5, 5_000))
+    assert key not in cache._models
