@@ -80,8 +80,12 @@ class StateCache:
         self.model_loads = 0  # model sets read from the database (for tests)
 
     @staticmethod
-    def _key(conn: Connection, name: str) -> tuple[str, str]:
-        return conn.engine.url.render_as_string(hide_password=True), name
+    def _db(conn: Connection) -> str:
+        return conn.engine.url.render_as_string(hide_password=True)
+
+    @classmethod
+    def _key(cls, conn: Connection, name: str) -> tuple[str, str]:
+        return cls._db(conn), name
 
     def take(self, conn: Connection, name: str, fabric: Fabric, config: Config | None = None) -> FeatureState | None:
         """The stored state of `name` over `fabric` (None if there is none), from memory when it is current."""
@@ -109,7 +113,7 @@ class StateCache:
         """The cohort models (load_models), held from this process's last cycle when they are still the newest
         stored versions: a cycle then neither reads and rebuilds every forest again nor loses the scores the
         store keeps for rows that did not move (ModelStore.score). Handed over like `take`'s state."""
-        key = self._key(conn, "")[0]
+        key = self._db(conn)
         with self._lock:
             held = self._models.pop(key, None)
         if held is not None and not held.unusable and not held.new and \
@@ -125,7 +129,7 @@ class StateCache:
         trained = len(models.new)
         if save_models(conn, models) == trained:
             with self._lock:
-                self._models[self._key(conn, "")[0]] = models
+                self._models[self._db(conn)] = models
 
     def clear(self) -> None:
         with self._lock:
