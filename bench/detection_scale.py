@@ -11,14 +11,17 @@ Reports: observe time, cycle time (plain and with a trend-bucket close), trainin
 Goal (detection.md brief): one cycle <= 10 s on 2 cores.
 
     .venv/bin/python bench/detection_scale.py --state-io postgresql://postgres@127.0.0.1:5432/postgres \
-        [--gpus 6656] [--cycles 5]
+        [--gpus 6656] [--cycles 5] [--reservoir-rows 0]
 
 The live cycle's detector-state load and save against PostgreSQL (a scratch database, dropped at the end), side
-by side in one run; each cycle the same samples go to three states: `before` is read and written whole every
-cycle as a plain npz (as before 2026-12-04), `reload` is read and written whole every cycle in today's format
-(what a cycle pays after a start or a pod move), `after` is today's live cycle (store.StateCache: kept in the
-process, read only when another process wrote it). Reports wall and CPU time (this process's and the database
-backend's) of each load and save. --gpus 6656 is 19,968 ports.
+by side in one run; each cycle the same samples go to four states: `before` is read and written whole every
+cycle as a plain npz (as before 2026-12-04), `whole` likewise as a deflated npz with the training reservoir in
+it (as until 2026-12-06), `reload` is read whole every cycle and saved as today (what a cycle pays after a
+start or a pod move), `after` is today's live cycle (store.StateCache: kept in the
+process, read only when another process wrote it; the reservoir appended to). Reports wall and CPU time (this
+process's and the database backend's) and the WAL written (anyone's: run it on a quiet server) of each load and
+save. --gpus 6656 is 19,968 ports; --gpus 24 --reservoir-rows 65536 is a small fabric's live detector after a
+day, whose state is mostly its training reservoir.
 """
 
 from __future__ import annotations
@@ -132,25 +135,31 @@ def backend_cpu_s(conn: Connection) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+_WAL = "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')"
+
+
 class Clock:
-    """Wall, this process's CPU and the backend's CPU time of a block, added up per label."""
+    """Wall, this process's CPU and the backend's CPU time of a block, and the WAL the server wrote meanwhile
+    (anyone's: run it on a quiet server), added up per label."""
 
     def __init__(self) -> None:
-        self.spent: dict[str, list[tuple[float, float, float]]] = {}
+        self.spent: dict[str, list[tuple[float, float, float, float]]] = {}
 
     @contextlib.contextmanager
     def __call__(self, label: str, conn: Connection) -> Iterator[None]:
+        w0 = float(conn.execute(text(_WAL)).scalar_one())
         b0, c0, t0 = backend_cpu_s(conn), time.process_time(), time.perf_counter()
         yield
         t, c, b = time.perf_counter() - t0, time.process_time() - c0, backend_cpu_s(conn) - b0
-        self.spent.setdefault(label, []).append((t, c, b))
+        w = float(conn.execute(text(_WAL)).scalar_one()) - w0
+        self.spent.setdefault(label, []).append((t, c, b, w / 1e6))
 
     def report(self) -> None:
-        print("per cycle, median (max) seconds:  wall | client CPU | server CPU")
+        print("per cycle, median (max):  wall s | client CPU s | server CPU s | WAL MB")
         for label, xs in self.spent.items():
             cols = np.asarray(xs)
             print(f"  {label:<22}" + " | ".join(f"{np.median(cols[:, i]):6.3f} ({cols[:, i].max():6.3f})"
-                                                for i in range(3)))
+                                                for i in range(4)))
 
 
 def save_plain_npz(conn: Connection, name: str, st: FeatureState) -> None:
@@ -166,11 +175,22 @@ def save_plain_npz(conn: Connection, name: str, st: FeatureState) -> None:
         {"n": name, "w": st.watermark_ms or 0, "c": st.last_cycle_ms, "p": st.fabric.P, "b": buf.getvalue()})
 
 
-def state_io(url: str, gpus: int, cycles: int) -> None:
+def save_whole(conn: Connection, name: str, st: FeatureState) -> None:
+    """store.save_state as it was from 2026-12-04 to 2026-12-06: the deflated npz with the training reservoir in
+    it, all rewritten every cycle."""
+    conn.execute(text(
+        "INSERT INTO detector_state (name, watermark_ms, last_cycle_ms, ports, saved_at, blob) "
+        "VALUES (:n, :w, :c, :p, now(), :b) ON CONFLICT (name) DO UPDATE SET watermark_ms = excluded.watermark_ms, "
+        "last_cycle_ms = excluded.last_cycle_ms, ports = excluded.ports, saved_at = now(), blob = excluded.blob"),
+        {"n": name, "w": st.watermark_ms or 0, "c": st.last_cycle_ms, "p": st.fabric.P, "b": st.to_bytes()})
+
+
+def state_io(url: str, gpus: int, cycles: int, reservoir_rows: int) -> None:
     """Load and save of the detector state per live cycle: whole every cycle vs kept in the process."""
     from sqlalchemy import create_engine
 
-    from service.detection.models import DetectorState
+    from service.detection.features import IF_FEATURES
+    from service.detection.models import DetectorReservoir, DetectorState
     from service.detection.store import StateCache, load_state, save_state
 
     admin = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT")
@@ -182,10 +202,13 @@ def state_io(url: str, gpus: int, cycles: int) -> None:
     try:
         with db.begin() as c:
             DetectorState.__table__.create(c)
+            DetectorReservoir.__table__.create(c)
         fab = build(gpus)
-        print(f"fabric: {fab.P:,} ports, {fab.L:,} lanes; load average {os.getloadavg()[0]:.1f}")
+        print(f"fabric: {fab.P:,} ports, {fab.L:,} lanes; training reservoir {reservoir_rows:,} rows to start; "
+              f"load average {os.getloadavg()[0]:.1f}")
         syn, cfg, clock, cache = Synth(fab), Config(), Clock(), StateCache()
-        modes = ("before", "reload", "after")
+        rng = np.random.default_rng(1)
+        modes = ("before", "whole", "reload", "after")
         engines = {mode: Engine() for mode in modes}
         for i in range(cycles + 1):  # the first cycle writes the first state (and the cache holds none yet)
             batch = syn.batch()
@@ -193,13 +216,19 @@ def state_io(url: str, gpus: int, cycles: int) -> None:
                 with db.begin() as conn:
                     with clock(f"{mode}: load", conn):
                         st = cache.take(conn, mode, fab, cfg) if mode == "after" else load_state(conn, mode, fab, cfg)
-                    st = st if st is not None else FeatureState(fab, cfg)
+                    if st is None:
+                        st = FeatureState(fab, cfg)
+                        if reservoir_rows:  # a reservoir as full as a day-old live detector's
+                            st.reservoir_new.append((rng.normal(size=(reservoir_rows, len(IF_FEATURES))),
+                                                     rng.integers(0, len(fab.cohort_names), reservoir_rows)))
                     st.observe(batch)
                     st.watermark_ms = syn.t
                     engines[mode].run_cycle(st, syn.t)
                     with clock(f"{mode}: save", conn):
                         if mode == "before":
                             save_plain_npz(conn, mode, st)
+                        elif mode == "whole":
+                            save_whole(conn, mode, st)
                         elif mode == "reload":
                             save_state(conn, mode, st)
                         else:
@@ -208,7 +237,7 @@ def state_io(url: str, gpus: int, cycles: int) -> None:
                 clock.spent.clear()
                 with db.connect() as conn:
                     for name, size in conn.execute(text("SELECT name, length(blob) FROM detector_state ORDER BY 1")):
-                        print(f"state blob ({name}): {size / 1e6:.0f} MB ({size / fab.P / 1e3:.2f} kB per port)")
+                        print(f"state blob ({name}): {size / 1e6:.1f} MB ({size / fab.P / 1e3:.2f} kB per port)")
         clock.report()
         print(f"states read from the database by the cache: {cache.loads} in {cycles} cycles; "
               f"load average now {os.getloadavg()[0]:.1f}")
@@ -223,9 +252,12 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=100_000)
     ap.add_argument("--cycles", type=int, default=5)
     ap.add_argument("--state-io", metavar="POSTGRES_URL", help="measure the detector state's load and save instead")
+    ap.add_argument("--reservoir-rows", type=int, default=0,
+                    help="--state-io: training reservoir rows each state starts with (a day-old live detector's "
+                         "with 16 cohorts: ~65,000)")
     args = ap.parse_args()
     if args.state_io:
-        state_io(args.state_io, args.gpus, args.cycles)
+        state_io(args.state_io, args.gpus, args.cycles, args.reservoir_rows)
         return
     t = time.perf_counter()
     fab = build(args.gpus)

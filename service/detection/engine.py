@@ -226,4 +226,4 @@ class Engine:
         start = np.r_[True, sc[1:] != sc[:-1]]
         first = np.maximum.accumulate(np.where(start, np.arange(len(sc)), 0))
         keep = np.sort(order[(np.arange(len(sc)) - first) < cap])
-        st.reservoir_x, st.reservoir_c = st.reservoir_x[keep], c[keep]
+        st.reservoir_keep(keep)

@@ -22,6 +22,23 @@ class DetectorState(Base):
     ports: Mapped[int] = mapped_column(Integer)
     saved_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     blob: Mapped[bytes] = mapped_column(LargeBinary)
+    # the training reservoir stored apart (DetectorReservoir): which one, and how many rows
+    reservoir_gen: Mapped[str | None] = mapped_column(String(36))
+    reservoir_rows: Mapped[int] = mapped_column(Integer, server_default="0")
+
+
+class DetectorReservoir(Base):
+    """A chunk of a detector's training reservoir: rows first_row.. of generation `gen` (a generation is written
+    whole, then appended to, chunk by chunk; service/detection/store.py)."""
+
+    __tablename__ = "detector_reservoir"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    gen: Mapped[str] = mapped_column(String(36), primary_key=True)
+    first_row: Mapped[int] = mapped_column(Integer, primary_key=True)
+    n_rows: Mapped[int] = mapped_column(Integer)
+    n_cols: Mapped[int] = mapped_column(Integer)
+    x: Mapped[bytes] = mapped_column(LargeBinary)  # float64 little-endian, row-major
+    c: Mapped[bytes] = mapped_column(LargeBinary)  # int64 little-endian cohort numbers
 
 
 class DetectorModel(Base):

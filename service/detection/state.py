@@ -715,6 +715,10 @@ class FeatureState:
         self.reservoir_c = np.zeros(0, np.int64)
         self.reservoir_new: list[tuple[np.ndarray, np.ndarray]] = []  # rows added since the last flush
         self.reservoir_pending = 0
+        # the stored reservoir (store.save_state) whose rows are this one's first `reservoir_stored`: a save
+        # appends the rest; None: write it anew (never stored, or rows since dropped)
+        self.reservoir_gen: str | None = None
+        self.reservoir_stored = 0
         self.watermark_ms: int | None = None
         self.last_cycle_ms: int | None = None
         self.next_bucket_ms: int | None = None
@@ -900,12 +904,17 @@ class FeatureState:
         if not self.reservoir_new:
             return
         xs = [x for x, _ in self.reservoir_new]
-        if self.reservoir_x.shape[1:] != xs[0].shape[1:]:
-            self.reservoir_x = np.zeros((0, *xs[0].shape[1:]))
-            self.reservoir_c = np.zeros(0, np.int64)
+        if self.reservoir_x.shape[1:] != xs[0].shape[1:]:  # the first rows, or another feature layout
+            self.reservoir_x, self.reservoir_c = np.zeros((0, *xs[0].shape[1:])), np.zeros(0, np.int64)
+            self.reservoir_gen, self.reservoir_stored = None, 0
         self.reservoir_x = np.concatenate([self.reservoir_x, *xs])
         self.reservoir_c = np.concatenate([self.reservoir_c, *(c for _, c in self.reservoir_new)])
         self.reservoir_new = []
+
+    def reservoir_keep(self, keep: np.ndarray) -> None:
+        """Keep only these rows of the (flushed) reservoir; the stored one is then written anew."""
+        self.reservoir_x, self.reservoir_c = self.reservoir_x[keep], self.reservoir_c[keep]
+        self.reservoir_gen, self.reservoir_stored = None, 0
 
     # -- coverage ----------------------------------------------------------------------------
     def blocked_rules(self, p: int) -> dict[str, str]:
@@ -959,19 +968,20 @@ class FeatureState:
 
     def as_saved(self) -> None:
         """Forget what is not saved (this cycle's per-metric results, the rows since the reservoir's last trim), so
-        that a state kept in memory after its save goes on exactly as the one `from_bytes` reads back would
-        (service/detection/store.py, StateCache)."""
+        that a state kept in memory after its save goes on exactly as the one `store.load_state` reads back
+        would (service/detection/store.py, StateCache)."""
         self.reservoir_flush()
         self.fresh_m = {m: np.zeros(0, bool) for m in AXIS}
         self.polls_m, self.nz_m = {}, {}
         self.reservoir_pending = 0
 
-    def saved_arrays(self) -> dict[str, np.ndarray]:
+    def saved_arrays(self, reservoir: bool = True) -> dict[str, np.ndarray]:
         """Every array `to_bytes` saves, by its name in the npz."""
         self.reservoir_flush()
         arrays = self._arrays()
+        if reservoir:
+            arrays.update({"reservoir_x": self.reservoir_x, "reservoir_c": self.reservoir_c})
         arrays.update({"port_ids": self.fabric.port_ids, "lane_off": self.fabric.lane_off,
-                       "reservoir_x": self.reservoir_x, "reservoir_c": self.reservoir_c,
                        "dev_names": np.asarray(self.fabric.dev_names, dtype=str), "dev_hit": self.dev_hit,
                        "dev_t": self.dev_t, "dev_latched": self.dev_latched, "dev_onset": self.dev_onset})
         for k, tb in self.trend.items():  # shared across entities: not per-port
@@ -982,7 +992,8 @@ class FeatureState:
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
         return arrays
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self, reservoir: bool = True) -> bytes:
+        """The state as an npz; without the training reservoir where it is stored apart (store.save_state)."""
         # an npz (np.load reads it as any other) deflated at level 1: the state is mostly zeros, NaN and repeated
         # values, so it is ~9x smaller for ~0.6 s more CPU at 20k ports, and the database no longer spends 2-3 s
         # compressing (pglz) and storing the whole raw state every cycle (docs/benchmarks.md, 2026-12-04).
@@ -990,7 +1001,7 @@ class FeatureState:
         # CPU on a small fabric (most of the state's bytes there), so they are stored as they are.
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=1, allowZip64=True) as zf:
-            for key, a in self.saved_arrays().items():
+            for key, a in self.saved_arrays(reservoir).items():
                 member: str | zipfile.ZipInfo = f"{key}.npy"  # by name: the archive's deflate, at its level
                 if key in _STORED_PLAIN:
                     member = zipfile.ZipInfo(f"{key}.npy")
@@ -1054,7 +1065,8 @@ class FeatureState:
                 if j is not None:
                     st.dev_hit[j], st.dev_t[j] = z["dev_hit"][i], z["dev_t"][i]
                     st.dev_latched[j], st.dev_onset[j] = z["dev_latched"][i], z["dev_onset"][i]
-        st.reservoir_x, st.reservoir_c = z["reservoir_x"], z["reservoir_c"]
+        if "reservoir_x" in names:  # else stored apart (store.load_state), or none
+            st.reservoir_x, st.reservoir_c = z["reservoir_x"], z["reservoir_c"]
         st.watermark_ms, st.last_cycle_ms = meta["watermark_ms"], meta["last_cycle_ms"]
         st.next_bucket_ms, st.last_train_ms, st.cycles = meta["next_bucket_ms"], meta["last_train_ms"], meta["cycles"]
         st.first_cycle_ms = meta.get("first_cycle_ms")

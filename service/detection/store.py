@@ -6,6 +6,7 @@ import io
 import json
 import logging
 import threading
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,8 +25,38 @@ def _dt(ms: int) -> datetime:
 
 
 def load_state(conn: Connection, name: str, fabric: Fabric, config: Config | None = None) -> FeatureState | None:
-    row = conn.execute(text("SELECT blob FROM detector_state WHERE name = :n"), {"n": name}).first()
-    return FeatureState.from_bytes(bytes(row[0]), fabric, config) if row else None
+    row = conn.execute(text("SELECT blob, reservoir_gen, reservoir_rows FROM detector_state WHERE name = :n"),
+                       {"n": name}).first()
+    if row is None:
+        return None
+    st = FeatureState.from_bytes(bytes(row[0]), fabric, config)
+    if row[1] is not None:  # else in the blob (saved by an older release): the next save stores it apart
+        _load_reservoir(conn, name, row[1], row[2], st)
+    return st
+
+
+def _load_reservoir(conn: Connection, name: str, gen: str, rows: int, st: FeatureState) -> None:
+    """The stored reservoir's chunks into `st`. One missing or malformed is logged, and the forest trains on
+    the rows collected from then on (the stored models score on): nothing else of the state is lost."""
+    chunks = conn.execute(text("SELECT first_row, n_rows, n_cols, x, c FROM detector_reservoir "
+                               "WHERE name = :n AND gen = :g ORDER BY first_row"), {"n": name, "g": gen}).all()
+    xs, cs, at = [], [], 0
+    for first, n, cols, x, c in chunks:
+        if first != at or len(x) != n * cols * 8 or len(c) != n * 8:
+            log.warning("detector %r: training reservoir %s not used (chunk at row %d: expected row %d, %d x %d "
+                        "float64 and %d cohorts, found %d and %d bytes); it fills again from this cycle",
+                        name, gen, first, at, n, cols, n, len(x), len(c))
+            return
+        xs.append(np.frombuffer(x, "<f8").reshape(n, cols))
+        cs.append(np.frombuffer(c, "<i8"))
+        at += n
+    if at != rows:
+        log.warning("detector %r: training reservoir %s not used (%d rows stored of %d); it fills again from this "
+                    "cycle", name, gen, at, rows)
+        return
+    if xs:
+        st.reservoir_x, st.reservoir_c = np.concatenate(xs), np.concatenate(cs).astype(np.int64)
+    st.reservoir_gen, st.reservoir_stored = gen, rows
 
 
 def load_coverage(conn: Connection, name: str = "default") -> dict[int, dict[str, Any]]:
@@ -51,13 +82,34 @@ _VERSION = "xmin::text, saved_at, last_cycle_ms, watermark_ms"
 
 
 def save_state(conn: Connection, name: str, st: FeatureState) -> Version:
-    """Write the whole state; returns the row's version as this transaction wrote it."""
+    """Write the state; returns the row's version as this transaction wrote it.
+
+    The training reservoir is stored apart (detector_reservoir): the rows since the last save are appended as
+    one chunk while the stored reservoir is this state's, else it is written anew (trimmed since, never stored,
+    or another's: a rolled-back save, another database)."""
+    st.reservoir_flush()
+    stored = conn.execute(text("SELECT reservoir_gen, reservoir_rows FROM detector_state WHERE name = :n"),
+                          {"n": name}).first()
+    gen, start = st.reservoir_gen, st.reservoir_stored
+    if gen is None or stored is None or tuple(stored) != (gen, start) or start > len(st.reservoir_c):
+        conn.execute(text("DELETE FROM detector_reservoir WHERE name = :n"), {"n": name})
+        gen, start = str(uuid.uuid4()), 0
+    rows = len(st.reservoir_c)
+    if rows > start:
+        x = np.ascontiguousarray(st.reservoir_x[start:], "<f8")
+        conn.execute(text("INSERT INTO detector_reservoir (name, gen, first_row, n_rows, n_cols, x, c) "
+                          "VALUES (:n, :g, :f, :r, :k, :x, :c)"),
+                     {"n": name, "g": gen, "f": start, "r": rows - start, "k": x.shape[1], "x": x.tobytes(),
+                      "c": np.ascontiguousarray(st.reservoir_c[start:], "<i8").tobytes()})
     row = conn.execute(text(
-        "INSERT INTO detector_state (name, watermark_ms, last_cycle_ms, ports, saved_at, blob) "
-        "VALUES (:n, :w, :c, :p, now(), :b) ON CONFLICT (name) DO UPDATE SET watermark_ms = excluded.watermark_ms, "
-        "last_cycle_ms = excluded.last_cycle_ms, ports = excluded.ports, saved_at = now(), blob = excluded.blob "
-        f"RETURNING {_VERSION}"),
-        {"n": name, "w": st.watermark_ms or 0, "c": st.last_cycle_ms, "p": st.fabric.P, "b": st.to_bytes()}).one()
+        "INSERT INTO detector_state (name, watermark_ms, last_cycle_ms, ports, saved_at, blob, reservoir_gen, "
+        "reservoir_rows) VALUES (:n, :w, :c, :p, now(), :b, :g, :r) ON CONFLICT (name) DO UPDATE SET "
+        "watermark_ms = excluded.watermark_ms, last_cycle_ms = excluded.last_cycle_ms, ports = excluded.ports, "
+        "saved_at = now(), blob = excluded.blob, reservoir_gen = excluded.reservoir_gen, "
+        f"reservoir_rows = excluded.reservoir_rows RETURNING {_VERSION}"),
+        {"n": name, "w": st.watermark_ms or 0, "c": st.last_cycle_ms, "p": st.fabric.P,
+         "b": st.to_bytes(reservoir=False), "g": gen, "r": rows}).one()
+    st.reservoir_gen, st.reservoir_stored = gen, rows
     return (row[0], row[1], row[2], row[3])
 
 

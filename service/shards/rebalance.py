@@ -343,7 +343,7 @@ def _carry_detection(control: Engine, topology: Topology, pod: str, source: Conn
 
     from service.detection.service import load_fabric, load_series, read_samples
     from service.detection.state import AXIS, NPRIO, FeatureState
-    from service.detection.store import save_state
+    from service.detection.store import load_state, save_state
     from service.shards.detection import ownership
 
     with control.connect() as conn:  # the target's fabric as its first cycle after the switch reads it
@@ -352,17 +352,15 @@ def _carry_detection(control: Engine, topology: Topology, pod: str, source: Conn
         fabric = load_fabric(conn, sorted(set(own.devices.values()) | moved))
     ports = np.asarray([own.device_pod.get(fabric.dev_names[d], NO_POD) == pod for d in fabric.dev.tolist()], bool)
     with source.begin():
-        states = dict(source.execute(text("SELECT name, blob FROM detector_state")).all())
+        names = source.execute(text("SELECT name FROM detector_state ORDER BY name")).scalars().all()
+        states = {name: st for name in names if (st := load_state(source, name, fabric)) is not None}
         models = source.execute(text(
             "SELECT DISTINCT ON (cohort) cohort, version, trained_at, threshold, n_rows, features, blob "
             "FROM detector_models ORDER BY cohort, version DESC")).mappings().all()
     with target.begin():
-        for name, blob in sorted(states.items()):  # the default Config: every shard's cycle runs with it (tasks.py)
-            old = FeatureState.from_bytes(bytes(blob), fabric)
-            row = target.execute(text("SELECT blob FROM detector_state WHERE name = :n"), {"n": name}).first()
-            if row is not None:
-                new = FeatureState.from_bytes(bytes(row[0]), fabric)
-            else:  # the target's first state of this name: it goes on from the old one's cycles
+        for name, old in states.items():  # the default Config: every shard's cycle runs with it (tasks.py)
+            new = load_state(target, name, fabric)
+            if new is None:  # the target's first state of this name: it goes on from the old one's cycles
                 new = FeatureState(fabric)
                 for a in ("watermark_ms", "last_cycle_ms", "next_bucket_ms", "first_cycle_ms", "last_train_ms",
                           "cycles"):
