@@ -258,7 +258,7 @@ def detect_in(conn: Connection, at_ms: int, *, name: str = "default", config: Co
         st = FeatureState(fabric, config)
     if st.last_cycle_ms is not None and at_ms <= st.last_cycle_ms:
         raise ValueError(f"cycle at {iso_time(at_ms)} is not after the last cycle at {iso_time(st.last_cycle_ms)}")
-    sx = load_series(conn, fabric)
+    sx = states.series(conn, fabric, load_series)
     _apply_meta(st, sx)
     eng = DetectionEngine(states.take_models(conn))
     findings, _ = _advance(conn, eng, st, sx, at_ms, more=more)

@@ -7,8 +7,9 @@ import json
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from sqlalchemy import Connection, text
@@ -18,6 +19,7 @@ from service.detection.forest import CohortModel, ModelFormatError, ModelStore
 from service.detection.state import KINDS, Config, Fabric, FeatureState, coverage_map
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _dt(ms: int) -> datetime:
@@ -127,9 +129,11 @@ class StateCache:
     def __init__(self) -> None:
         self._held: dict[tuple[str, str], tuple[Version, FeatureState]] = {}
         self._models: dict[str, ModelStore] = {}  # by database
+        self._series: dict[str, tuple[tuple[int, int, int], Fabric, Any]] = {}  # by database
         self._lock = threading.Lock()
         self.loads = 0  # states read from the database (for tests and bench/detection_scale.py)
         self.model_loads = 0  # model sets read from the database (for tests)
+        self.series_loads = 0  # series indexes read from the database (for tests)
 
     @staticmethod
     def _db(conn: Connection) -> str:
@@ -183,10 +187,28 @@ class StateCache:
             with self._lock:
                 self._models[self._db(conn)] = models
 
+    def series(self, conn: Connection, fabric: Fabric, load: Callable[[Connection, Fabric], T]) -> T:
+        """The fabric's series index (`load`: service.load_series), held between cycles while the series table
+        has the same rows (their number, newest id and sum of ids: series are added or deleted, never changed)
+        and the fabric is the same. Marked before loading: a series added in between is read next cycle."""
+        mark = tuple(conn.execute(text("SELECT count(*), COALESCE(max(id), 0), COALESCE(sum(id), 0) "
+                                       "FROM series")).one())
+        key = self._db(conn)
+        with self._lock:
+            held = self._series.get(key)
+        if held is not None and held[0] == mark and held[1].same_as(fabric):
+            return held[2]
+        self.series_loads += 1
+        index = load(conn, fabric)
+        with self._lock:
+            self._series[key] = (mark, fabric, index)
+        return index
+
     def clear(self) -> None:
         with self._lock:
             self._held.clear()
             self._models.clear()
+            self._series.clear()
 
 
 # this process's (a Celery worker's: each process of a prefork pool has its own)

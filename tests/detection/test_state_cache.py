@@ -249,3 +249,31 @@ def test_models_are_held_between_cycles_and_read_again_when_the_stored_ones_move
     with db.begin() as c:
         cache.save_models(c, _one_model(again, 5, 5_000))
     assert key not in cache._models
+
+
+def test_the_series_index_is_held_until_the_series_change(db: Engine) -> None:
+    """A cycle reads the series index (every detection series and its entity) only when series were added or
+    deleted since the last one read it, or the fabric changed: findings as if it were read every cycle."""
+    load_history(db, SPEC, 20)
+    ref = reference(db, TIMES[:5])
+    cache = StateCache()
+    got = [[f.to_dict() for f in detect_at(db, t, name="x", states=cache)] for t in TIMES[:2]]
+    assert cache.series_loads == 1
+    key = db.url.render_as_string(hide_password=True)
+    with db.begin() as c:  # a series more (a lane the history has no samples of yet)
+        sid = c.execute(text(
+            "INSERT INTO series (metric, device_id, port_id, lane, saturating) SELECT metric, device_id, port_id, "
+            "lane + 100, saturating FROM series WHERE metric = 'optic_rx_power_dbm' LIMIT 1 RETURNING id")).scalar_one()
+    got.append([f.to_dict() for f in detect_at(db, TIMES[2], name="x", states=cache)])
+    assert cache.series_loads == 2 and cache._series[key][2].max_id == sid
+    with db.begin() as c:
+        c.execute(text("DELETE FROM series WHERE id = :s"), {"s": sid})
+    got.append([f.to_dict() for f in detect_at(db, TIMES[3], name="x", states=cache)])
+    assert cache.series_loads == 3
+    with db.connect() as c:
+        other = load_fabric(c)
+    other.port_names = [*other.port_names[:-1], "renamed"]
+    with db.begin() as c:
+        assert cache.series(c, other, lambda conn, fab: "read again") == "read again"
+    got.append([f.to_dict() for f in detect_at(db, TIMES[4], name="x", states=cache)])
+    assert cache.series_loads == 5 and got == ref
