@@ -72,9 +72,7 @@ def read_span(conn: Connection, lo: datetime, hi: datetime) -> sample_store.Samp
     with raw.cursor() as cur:  # type: ignore[union-attr]
         rows = sample_store.copy_out(cur, _SPAN_SQL, {"lo": lo, "hi": hi})
         chunks = sample_store.read_chunks(cur, lo, hi)
-    sid, ts = rows.sid, rows.ts_us
-    if len(rows) and ((sid[1:] < sid[:-1]) | ((sid[1:] == sid[:-1]) & (ts[1:] < ts[:-1]))).any():
-        rows = rows.take(np.lexsort((ts, sid)))  # parts of one series that overlap (a late row, a re-import)
+    rows = rows.in_order()  # parts of one series may overlap (a late row, a re-import)
     if not len(chunks):
         return rows
     return sample_store.merge(chunks, rows)[0]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import psycopg
@@ -18,7 +18,7 @@ from service.telemetry.compress import run_compression
 from service.telemetry.partitions import existing_partitions
 from service.telemetry.samples import Sample
 from service.telemetry.service import ingest_samples, query_series
-from service.telemetry.store import Samples, read_samples
+from service.telemetry.store import Samples, copy_bytes, parse_copy_grouped, read_samples
 from tests.factories import add_hosts
 from tests.telemetry import drop_day_partitions
 from tests.telemetry.test_compress import END, T0, _ms, _seed
@@ -50,6 +50,9 @@ def _everything(pg: psycopg.Connection) -> list[Row]:
 
 def _check(pg: psycopg.Connection, everything: list[Row], ranges: list[tuple[datetime, datetime]]) -> int:
     compared = 0
+    for lo, hi in ranges:  # every series, range by range: what the widest read holds of it
+        lo_us, hi_us = int(lo.timestamp() * 1e6), int(hi.timestamp() * 1e6)
+        assert _rows(read_samples(pg, lo, hi)) == [r for r in everything if lo_us <= r[1] <= hi_us], (lo, hi)
     for ids in ([1], [2, 4], [1, 2, 3, 4], [4, 3, 1], [99], []):
         for lo, hi in ranges:
             lo_us, hi_us = int(lo.timestamp() * 1e6), int(hi.timestamp() * 1e6)
@@ -141,3 +144,26 @@ def test_series_lookup_every_filter_combination(db: Engine) -> None:
                 assert [(r.device, r.port, r.lane, r.priority, r.gpu) for r in got] == want, (metric, filters)
                 checked += len(want)
     assert checked == 72  # series found, over all the combinations
+
+
+def test_a_grouped_copy_that_is_not_three_whole_arrays_is_refused(pg: psycopg.Connection) -> None:
+    """The whole-store read's COPY (a row of arrays per 1,024 series) parsed from what the server sends; a row
+    with a NULL, arrays of different lengths or another field count is an error that names the row."""
+    def copied(query: str) -> bytes:
+        with pg.cursor() as cur:
+            return bytes(copy_bytes(cur, query, None))
+
+    good = copied("SELECT ARRAY[7, 7, 9], ARRAY['2026-01-01T00:00:10Z', '2026-01-01T00:00:20Z', "
+                  "'2026-01-01T00:00:10Z']::timestamptz[], ARRAY[1.5, 2.5, -1]::float8[]")
+    got = parse_copy_grouped(good)
+    assert got.sid.tolist() == [7, 7, 9] and got.value.tolist() == [1.5, 2.5, -1.0]
+    t10 = int(datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC).timestamp() * 1e6)
+    assert got.ts_us.tolist() == [t10, t10 + 10_000_000, t10]
+    for query, says in (
+            ("SELECT ARRAY[1], NULL::timestamptz[], ARRAY[1.0]::float8[]", "row 0: 3 fields, expected 3 arrays, none"),
+            ("SELECT ARRAY[1, 2], ARRAY[now()], ARRAY[1.0, 2.0]::float8[]", "row 0: arrays of 2, 1 and 2 elements"),
+            ("SELECT ARRAY[1], ARRAY[now()]", "row 0: 2 fields")):
+        with pytest.raises(ValueError, match=says):
+            parse_copy_grouped(copied(query))
+    with pytest.raises(ValueError, match="not a binary COPY"):
+        parse_copy_grouped(b"PGCOPY?" + good[7:])
