@@ -92,7 +92,9 @@ class Synth:
         self.rx0 = self.rng.normal(-1.0, 0.5, L)
         self.c = {m: self.rng.uniform(0, 1e12, P if AXIS[m] == "port" else P * NPRIO)
                   for m in AXIS if catalogue.is_counter(m)}
-        self.bad = self.rng.choice(P, 300, replace=False)
+        self.bad = self.rng.choice(P, min(300, P // 2), replace=False)  # 1/3 FEC, 1/6 flaps, 1/2 optics
+        n = len(self.bad)
+        self.fec, self.flaps, self.optics = self.bad[:n // 3], self.bad[n // 3:n // 2], self.bad[n // 2:]
         self.t = 1_735_689_600_000
 
     def batch(self) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -106,13 +108,13 @@ class Synth:
                    "port_ecn_marked_packets_total": 1e4}.get(m, 0.0)
             v += inc
             if m == "port_fec_uncorrectable_codewords_total":
-                v[self.bad[:100]] += 50
+                v[self.fec] += 50
             if m == "port_link_down_events_total":
-                v[self.bad[100:150]] += 8
+                v[self.flaps] += 8
             n = len(v)
             out[m] = (np.arange(n), np.full(n, self.t), v.copy())
         rx = self.rx0 + rng.normal(0, 0.15, L)
-        bad_l = fab.lane_off[self.bad[150:300]]
+        bad_l = fab.lane_off[self.optics]
         rx[bad_l] -= 4.0
         for m, val, n in (("optic_rx_power_dbm", rx, L), ("optic_tx_power_dbm", rng.normal(1, 0.05, L), L),
                           ("optic_tx_bias_amperes", rng.normal(0.04, 1e-4, L), L),
