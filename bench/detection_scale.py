@@ -170,21 +170,21 @@ def save_plain_npz(conn: Connection, name: str, st: FeatureState) -> None:
 
     buf = io.BytesIO()
     np.savez(buf, **st.saved_arrays())
-    conn.execute(text(
-        "INSERT INTO detector_state (name, watermark_ms, last_cycle_ms, ports, saved_at, blob) "
-        "VALUES (:n, :w, :c, :p, now(), :b) ON CONFLICT (name) DO UPDATE SET watermark_ms = excluded.watermark_ms, "
-        "last_cycle_ms = excluded.last_cycle_ms, ports = excluded.ports, saved_at = now(), blob = excluded.blob"),
-        {"n": name, "w": st.watermark_ms or 0, "c": st.last_cycle_ms, "p": st.fabric.P, "b": buf.getvalue()})
+    _save_blob(conn, name, st, buf.getvalue())
 
 
 def save_whole(conn: Connection, name: str, st: FeatureState) -> None:
     """store.save_state as it was from 2026-12-04 to 2026-12-06: the deflated npz with the training reservoir in
     it, all rewritten every cycle."""
+    _save_blob(conn, name, st, st.to_bytes())
+
+
+def _save_blob(conn: Connection, name: str, st: FeatureState, blob: bytes) -> None:
     conn.execute(text(
         "INSERT INTO detector_state (name, watermark_ms, last_cycle_ms, ports, saved_at, blob) "
         "VALUES (:n, :w, :c, :p, now(), :b) ON CONFLICT (name) DO UPDATE SET watermark_ms = excluded.watermark_ms, "
         "last_cycle_ms = excluded.last_cycle_ms, ports = excluded.ports, saved_at = now(), blob = excluded.blob"),
-        {"n": name, "w": st.watermark_ms or 0, "c": st.last_cycle_ms, "p": st.fabric.P, "b": st.to_bytes()})
+        {"n": name, "w": st.watermark_ms or 0, "c": st.last_cycle_ms, "p": st.fabric.P, "b": blob})
 
 
 def state_io(url: str, gpus: int, cycles: int, reservoir_rows: int) -> None:

@@ -18,6 +18,7 @@ same reading: `read_samples` keeps the chunk's; `merged_between` may see both fo
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -91,47 +92,14 @@ def _array(view: memoryview, at: int, size: int, elem: np.dtype) -> np.ndarray:
     return np.frombuffer(view, elem, n, at + 20)["v"]
 
 
-def parse_copy(buf: bytes | bytearray | memoryview) -> tuple[Samples, list[tuple[int, bytes]]]:
-    """A binary COPY TO of (series_id int, ts timestamptz[], value float8[][, data bytea]) rows: the arrays
-    flattened (in row order), and the (series_id, chunk) pairs of the rows that carry a chunk instead.
-    A row per series and period instead of a row per sample: a COPY message costs the client a Python
-    step each, about 4 us, more than the rest of the work."""
-    view = memoryview(buf)
+def _copy_rows(view: memoryview, what: str) -> Iterator[list[tuple[int, int]]]:
+    """Each row of a binary COPY TO: its fields as (offset, size), size -1 for NULL. `what` names the rows
+    expected, for the error when the bytes are not such a COPY."""
     if len(view) <= len(HEADER) + len(TRAILER):
-        return Samples.empty(), []
+        return
     if bytes(view[:len(HEADER)]) != HEADER or bytes(view[-2:]) != TRAILER:
-        raise ValueError("not a binary COPY of (series_id, ts[], value[], data) rows")
+        raise ValueError(f"not a binary COPY of {what} rows")
     at, end = len(HEADER), len(view) - 2
-    sids, times, values, chunks = [], [], [], []
-    while at < end:
-        (fields,) = _I16.unpack_from(view, at)
-        at += 2
-        cells: list[tuple[int, int]] = []  # (offset, size) per field; size -1 for NULL
-        for _ in range(fields):
-            (size,) = _I32.unpack_from(view, at)
-            cells.append((at + 4, size))
-            at += 4 + max(size, 0)
-        (sid,) = _I32.unpack_from(view, cells[0][0])
-        if cells[1][1] >= 0:
-            ts = _array(view, cells[1][0], cells[1][1], _TS_ELEM)
-            sids.append(np.full(len(ts), sid, np.int64))
-            times.append(ts.astype(np.int64) + _PG_EPOCH_US)
-            values.append(_array(view, cells[2][0], cells[2][1], _VALUE_ELEM).astype(np.float64))
-        if fields > 3 and cells[3][1] >= 0:
-            chunks.append((sid, bytes(view[cells[3][0]:cells[3][0] + cells[3][1]])))
-    return _rows(sids, times, values), chunks
-
-
-def parse_copy_grouped(buf: bytes | bytearray | memoryview) -> Samples:
-    """A binary COPY TO of (series_id int[], ts timestamptz[], value float8[]) rows, arrays of one length in
-    each row, none NULL (`_GROUPED_SQL`): the arrays concatenated, a Python step per row."""
-    view = memoryview(buf)
-    if len(view) <= len(HEADER) + len(TRAILER):
-        return Samples.empty()
-    if bytes(view[:len(HEADER)]) != HEADER or bytes(view[-2:]) != TRAILER:
-        raise ValueError("not a binary COPY of (series_id[], ts[], value[]) rows")
-    at, end, row = len(HEADER), len(view) - 2, 0
-    sids, times, values = [], [], []
     while at < end:
         (fields,) = _I16.unpack_from(view, at)
         at += 2
@@ -140,8 +108,36 @@ def parse_copy_grouped(buf: bytes | bytearray | memoryview) -> Samples:
             (size,) = _I32.unpack_from(view, at)
             cells.append((at + 4, size))
             at += 4 + max(size, 0)
-        if fields != 3 or min(size for _, size in cells) < 0:
-            raise ValueError(f"binary COPY row {row}: {fields} fields, expected 3 arrays, none NULL")
+        yield cells
+
+
+def parse_copy(buf: bytes | bytearray | memoryview) -> tuple[Samples, list[tuple[int, bytes]]]:
+    """A binary COPY TO of (series_id int, ts timestamptz[], value float8[][, data bytea]) rows: the arrays
+    flattened (in row order), and the (series_id, chunk) pairs of the rows that carry a chunk instead.
+    A row per series and period instead of a row per sample: a COPY message costs the client a Python
+    step each, about 4 us, more than the rest of the work."""
+    view = memoryview(buf)
+    sids, times, values, chunks = [], [], [], []
+    for cells in _copy_rows(view, "(series_id, ts[], value[], data)"):
+        (sid,) = _I32.unpack_from(view, cells[0][0])
+        if cells[1][1] >= 0:
+            ts = _array(view, cells[1][0], cells[1][1], _TS_ELEM)
+            sids.append(np.full(len(ts), sid, np.int64))
+            times.append(ts.astype(np.int64) + _PG_EPOCH_US)
+            values.append(_array(view, cells[2][0], cells[2][1], _VALUE_ELEM).astype(np.float64))
+        if len(cells) > 3 and cells[3][1] >= 0:
+            chunks.append((sid, bytes(view[cells[3][0]:cells[3][0] + cells[3][1]])))
+    return _rows(sids, times, values), chunks
+
+
+def parse_copy_grouped(buf: bytes | bytearray | memoryview) -> Samples:
+    """A binary COPY TO of (series_id int[], ts timestamptz[], value float8[]) rows, arrays of one length in
+    each row, none NULL (`_GROUPED_SQL`): the arrays concatenated, a Python step per row."""
+    view = memoryview(buf)
+    sids, times, values = [], [], []
+    for row, cells in enumerate(_copy_rows(view, "(series_id[], ts[], value[])")):
+        if len(cells) != 3 or min(size for _, size in cells) < 0:
+            raise ValueError(f"binary COPY row {row}: {len(cells)} fields, expected 3 arrays, none NULL")
         sid = _array(view, *cells[0], _SID_ELEM)
         ts = _array(view, *cells[1], _TS_ELEM)
         value = _array(view, *cells[2], _VALUE_ELEM)
@@ -150,7 +146,6 @@ def parse_copy_grouped(buf: bytes | bytearray | memoryview) -> Samples:
         sids.append(sid.astype(np.int64))
         times.append(ts.astype(np.int64) + _PG_EPOCH_US)
         values.append(value.astype(np.float64))
-        row += 1
     return _rows(sids, times, values)
 
 
@@ -311,8 +306,7 @@ def read_samples(conn: Connection | psycopg.Connection[Any], lo: datetime, hi: d
         with raw.cursor(binary=True) as cur:  # type: ignore[union-attr]
             cur.execute(_SERIES_SAMPLES, {"lo": lo, "hi": hi, "sids": series_ids}, prepare=True)
             rows, chunks = parse_result(cur.pgresult)
-        if len(rows) and (np.diff(rows.sid) < 0).any():  # each series' times are in order (array_agg's ORDER BY)
-            rows = rows.take(np.argsort(rows.sid, kind="stable"))
+        rows = rows.in_order()  # each series' times are in order already (array_agg's ORDER BY)
         found = _decoded(chunks, lo, hi)
     if not len(found):
         return rows  # a block may repeat a row's time only after a re-import
