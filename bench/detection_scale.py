@@ -57,7 +57,7 @@ def build(gpus: int) -> Fabric:
     P = 2 * nic + uplinks + spine_ports
     n_spines = max(1, spine_ports // 64)
     dev = np.concatenate([np.repeat(np.arange(hosts), 8),
-                          hosts + np.repeat(np.arange(leaves), 32),     # leaf host-facing
+                          hosts + np.arange(nic) // 32,                 # leaf host-facing (the last may be part-filled)
                           hosts + np.repeat(np.arange(leaves), 16),     # leaf uplinks
                           hosts + leaves + np.arange(spine_ports) % n_spines])
     order = np.argsort(dev, kind="stable")
