@@ -50,11 +50,16 @@ def create_database_if_missing(url: str) -> str | None:
 
     u = make_url(normalize_url(url)).set(drivername="postgresql")
     shown = u.render_as_string(hide_password=True)
-    try:
-        psycopg.connect(u.render_as_string(hide_password=False), connect_timeout=10).close()
+
+    def refusal() -> psycopg.OperationalError | None:
+        try:
+            psycopg.connect(u.render_as_string(hide_password=False), connect_timeout=10).close()
+            return None
+        except psycopg.OperationalError as exc:
+            return exc
+
+    if (refused := refusal()) is None:
         return None
-    except psycopg.OperationalError as exc:
-        refused = exc
     for maintenance in ("postgres", "template1") if u.database else ():
         try:
             admin = psycopg.connect(u.set(database=maintenance).render_as_string(hide_password=False),
@@ -63,7 +68,10 @@ def create_database_if_missing(url: str) -> str | None:
             continue  # the same refusal (no such role, no server), or no such maintenance database
         with admin:
             if admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [u.database]).fetchone():
-                break  # it exists: the first refusal is the one to tell
+                # it exists: another replica created it since the first try, or the refusal was not about it
+                if (refused := refusal()) is None:
+                    return None
+                break
             try:
                 admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(u.database)))
             except (psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):

@@ -21,7 +21,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, make_url, text
 
 from service.db import dispose_engines, get_engine, normalize_url
-from service.migrate import alembic_config, current, downgrade, upgrade
+from service.migrate import alembic_config, create_database_if_missing, current, downgrade, upgrade
 from service.telemetry.rollups import LEVELS, ensure_partitions
 from tests.conftest import _admin_url
 from tests.paths import REPO
@@ -91,6 +91,33 @@ def test_replicas_upgrading_at_once_migrate_once(missing_db: str) -> None:
     assert sum("created database" in o for o in outs) == 1, outs
     # they did overlap: the second found the first migrating and waited (the race this test is about)
     assert sum("waiting for another process's schema migration" in o for o in outs) == 1, outs
+
+
+def test_a_database_another_replica_creates_meanwhile_is_used(missing_db: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race the test above can lose: this process's first connect is refused (no such database), then
+    another replica creates it before this one looks in pg_database. It connects and goes on; it does not
+    report the stale "does not exist" (the CI failure of 2026-12-06)."""
+    name = make_url(missing_db).database
+    real_connect = psycopg.connect
+    raced: list[str] = []
+
+    def connect_and_lose_the_race(conninfo: str, *args: object, **kwargs: object) -> psycopg.Connection:
+        try:
+            return real_connect(conninfo, *args, **kwargs)
+        except psycopg.OperationalError:
+            if not raced and f"/{name}" in conninfo:
+                with real_connect(conninfo.replace(f"/{name}", "/postgres"), autocommit=True) as other:
+                    other.execute(f'CREATE DATABASE "{name}"')  # the other replica wins
+                raced.append(name)
+            raise
+
+    monkeypatch.setattr(psycopg, "connect", connect_and_lose_the_race)
+    assert create_database_if_missing(missing_db) is None  # it did not create it, and did not fail
+    assert raced == [name]
+    monkeypatch.undo()
+    upgrade(missing_db)
+    assert current(missing_db) == ScriptDirectory.from_config(alembic_config(missing_db)).get_current_head()
 
 
 def _role_sql(role: str) -> str:
