@@ -21,6 +21,7 @@ from service.detection.findings import Finding, Severity
 from service.detection.service import backtest, detect_in
 from service.detection.state import Config
 from service.drains.service import recommend_isolated, withdraw_cleared
+from service.drains.topology import FabricView
 from service.telemetry.coverage import gap_findings
 
 # Tables the alert state machine writes; a replay works on temporary copies of these.
@@ -66,10 +67,11 @@ def apply_cycle(conn: Connection, findings: list[Finding], at_ms: int, *, drains
         alerts = {r.fingerprint: r for r in conn.execute(text(
             "SELECT fingerprint, id, summary FROM alerts WHERE fingerprint = ANY(:f)"),
             {"f": [f.fingerprint for f in worthy]})}
+        view = FabricView()  # the graph and the links down at `at`: read once for all of this cycle's pages
         for f in worthy:
             a = alerts.get(f.fingerprint)
             row, error = recommend_isolated(conn=conn, finding=f, alert_id=a.id if a else None, at=at,
-                                            reason=a.summary if a else None)
+                                            reason=a.summary if a else None, view=view)
             if row is not None:
                 out.drains.append(int(row.id))
             if error is not None:

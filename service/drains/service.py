@@ -40,7 +40,7 @@ from service.drains.schemas import (
     Verdict,
     drain_settings,
 )
-from service.drains.topology import Graph, down_links, load_graph
+from service.drains.topology import FabricView, load_graph
 from service.incidents import service as incidents
 from service.incidents.schemas import State
 
@@ -149,11 +149,11 @@ def reset_breaker(*, conn: Connection, actor: str, note: str | None = None, at: 
 # ---------------------------------------------------------------------------- fleet state and verdicts
 
 
-def fleet_state(*, conn: Connection, graph: Graph, settings: DrainSettings, at: datetime,
+def fleet_state(*, conn: Connection, view: FabricView, settings: DrainSettings, at: datetime,
                 exclude: int | None = None) -> FleetState:
     """What is out now: links down (port_oper_up) or held by active drains, drained hosts, pods, breaker."""
-    st = FleetState(unavailable=down_links(conn=conn, graph=graph, at=at, lookback_s=settings.down_lookback_s),
-                    active_by_pod=Counter())
+    graph = view.graph(conn)
+    st = FleetState(unavailable=view.down_links(conn, at, settings.down_lookback_s), active_by_pod=Counter())
     rows = conn.execute(select(DRAINS.c.id, DRAINS.c.pod, DRAINS.c.link_ids, DRAINS.c.host_ids, DRAINS.c.target_kind,
                                DRAINS.c.device).where(DRAINS.c.status.in_([s.value for s in ACTIVE_STATUSES]))).all()
     for r in rows:
@@ -187,15 +187,17 @@ def _trip(conn: Connection, verdict: Verdict, at: datetime) -> None:
 def recommend(*, conn: Connection, target: Target, reason: str, incident_id: int | None = None,
               cause: str | None = None, action: DrainAction | None = None, at: datetime | None = None,
               settings: DrainSettings | None = None, alert_id: int | None = None, fingerprint: str | None = None,
-              summary: str | None = None, actor: str = "fabricwatch") -> Row[Any]:
+              summary: str | None = None, actor: str = "fabricwatch", view: FabricView | None = None) -> Row[Any]:
     """Create or update the incident and the drain recommendation for `target`, with a fresh verdict.
 
     Idempotent per incident and target: a repeated call re-evaluates the open (blocked or
-    pending) recommendation instead of adding one, and leaves an active drain alone.
+    pending) recommendation instead of adding one, and leaves an active drain alone. `view`: the graph and
+    down links, shared by the recommendations of one cycle (the drains, breaker and counts are read each time,
+    so each verdict sees the recommendations made before it).
     """
-    s, now = settings or drain_settings(), _now(at)
+    s, now, view = settings or drain_settings(), _now(at), view or FabricView()
     _lock(conn)
-    graph = load_graph(conn=conn)
+    graph = view.graph(conn)
     plan = plan_target(graph=graph, target=target, settings=s, action=action)
     if incident_id is not None:
         inc = incidents.get(conn=conn, incident_id=incident_id)
@@ -212,7 +214,7 @@ def recommend(*, conn: Connection, target: Target, reason: str, incident_id: int
     ).first()
     if existing is not None and existing.status in ACTIVE_STATUSES:
         return existing   # already approved or in place; nothing to re-decide
-    state = fleet_state(conn=conn, graph=graph, settings=s, at=now, exclude=existing.id if existing else None)
+    state = fleet_state(conn=conn, view=view, settings=s, at=now, exclude=existing.id if existing else None)
     verdict = evaluate(graph=graph, effect=plan.effect, state=state, settings=s, at=now)
     if "circuit_breaker" in verdict.blocked_by and not state.breaker_tripped:
         _trip(conn, verdict, now)
@@ -250,7 +252,7 @@ def recommend(*, conn: Connection, target: Target, reason: str, incident_id: int
 
 def recommend_for_finding(*, conn: Connection, finding: Finding, alert_id: int | None = None,
                           at: datetime | None = None, settings: DrainSettings | None = None,
-                          reason: str | None = None) -> Row[Any] | None:
+                          reason: str | None = None, view: FabricView | None = None) -> Row[Any] | None:
     """The pipeline's entry point: a firing Finding -> incident + drain recommendation (or None: no drain).
 
     `reason` defaults to the finding's summary; the pipeline passes its alert's (the episode's peak), so a
@@ -263,16 +265,18 @@ def recommend_for_finding(*, conn: Connection, finding: Finding, alert_id: int |
     when = at or datetime.fromtimestamp(finding.at_ms / 1000, tz=UTC)
     return recommend(conn=conn, target=target, reason=reason or finding.summary, cause=finding.cause.value,
                      at=when, settings=settings, alert_id=alert_id, fingerprint=finding.fingerprint,
-                     summary=finding.summary)
+                     summary=finding.summary, view=view)
 
 
 def recommend_isolated(*, conn: Connection, finding: Finding, alert_id: int | None, at: datetime,
-                       reason: str | None = None) -> tuple[Row[Any] | None, str | None]:
+                       reason: str | None = None, view: FabricView | None = None
+                       ) -> tuple[Row[Any] | None, str | None]:
     """recommend_for_finding in a savepoint: a failure rolls back this recommendation alone, never the
     cycle's alerts; it is logged and noted on the alert's timeline. Returns (drain or None, error or None)."""
     try:
         with conn.begin_nested():
-            return recommend_for_finding(conn=conn, finding=finding, alert_id=alert_id, at=at, reason=reason), None
+            return recommend_for_finding(conn=conn, finding=finding, alert_id=alert_id, at=at, reason=reason,
+                                         view=view), None
     except SoftTimeLimitExceeded:
         raise   # the task is being cut off: the whole cycle rolls back, as service/worker.py says
     except Exception as exc:
@@ -332,9 +336,10 @@ def approve(*, conn: Connection, drain_id: int, actor: str, note: str | None = N
     if row.alert_state == "resolved":   # resolved since the last cycle (by hand): nothing left to drain for
         withdraw_cleared(conn=conn, at=now, actor=actor, drain_ids=[drain_id])
         return get(conn=conn, drain_id=drain_id)
-    graph = load_graph(conn=conn)
+    view = FabricView()
+    graph = view.graph(conn)
     plan = plan_target(graph=graph, target=_target_of(row), settings=s, action=DrainAction(row.action))
-    state = fleet_state(conn=conn, graph=graph, settings=s, at=now, exclude=row.id)
+    state = fleet_state(conn=conn, view=view, settings=s, at=now, exclude=row.id)
     state.recommended_in_window = 0   # the breaker counted this drain when it was recommended
     verdict = evaluate(graph=graph, effect=plan.effect, state=state, settings=s, at=now)
     if not verdict.safe:

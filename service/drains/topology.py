@@ -121,3 +121,25 @@ def down_links(*, conn: Connection, graph: Graph, at: datetime, lookback_s: floa
             newest[port_id] = (ts_us, value)
     return {lid for port_id, (_, value) in newest.items()
             if value < 0.5 and (lid := graph.link_of_port.get(port_id)) is not None}
+
+
+class FabricView:
+    """The graph, and the links down at a time, each read once for every drain decision that shares them (a
+    cycle's pages: each decision read both, over every port, so a cycle slowed by the fabric's size per page).
+    A fresh view reads anew; one is only ever kept within a transaction."""
+
+    def __init__(self) -> None:
+        self._graph: Graph | None = None
+        self._down: dict[tuple[datetime, float], frozenset[int]] = {}
+
+    def graph(self, conn: Connection) -> Graph:
+        if self._graph is None:
+            self._graph = load_graph(conn=conn)
+        return self._graph
+
+    def down_links(self, conn: Connection, at: datetime, lookback_s: float) -> set[int]:
+        """down_links at `at`: a new set each call (the caller adds the links its drains hold)."""
+        if (at, lookback_s) not in self._down:
+            self._down[(at, lookback_s)] = frozenset(
+                down_links(conn=conn, graph=self.graph(conn), at=at, lookback_s=lookback_s))
+        return set(self._down[(at, lookback_s)])

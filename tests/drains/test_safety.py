@@ -181,3 +181,61 @@ def test_recommend_is_idempotent_and_drives_the_incident(db: Engine) -> None:
         assert incidents.get(conn=conn, incident_id=a.incident_id).state == "drained"
         kinds = [e.kind for e in incidents.timeline(conn=conn, incident_id=a.incident_id)]
     assert kinds == ["created", "transition", "drain_approved", "transition"]
+
+
+def test_a_cycles_recommendations_share_one_read_of_the_fabric_and_see_each_other(
+        db: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cycle's pages share one read of the graph and of the links down (each read is over every port: per
+    page they slowed a cycle by the fabric's size, bench/drain_cycle.py), while each verdict still counts the
+    recommendations made before it in the cycle: with a breaker limit of 2, the third host trips it."""
+    from service.drains import topology
+
+    load_fabric(db, **SMALL)
+    ts = int((AT - timedelta(minutes=1)).timestamp() * 1000)
+    ingest_samples(engine=db, samples=[Sample("port_oper_up", 0, ts, "spine-03", "Ethernet1/1")])
+    reads = {"load_graph": 0, "down_links": 0}
+    for name in reads:
+        real = getattr(topology, name)
+
+        def counted(*a: object, _real=real, _name=name, **kw: object) -> object:  # type: ignore[no-untyped-def]
+            reads[_name] += 1
+            return _real(*a, **kw)
+        monkeypatch.setattr(topology, name, counted)
+
+    s = settings(breaker_max=2, breaker_window_s=3600)
+    view = topology.FabricView()
+    with db.begin() as conn:
+        link = service.recommend(conn=conn, target=_link(LEAF, "Ethernet1/5"), reason="test",
+                                 cause="connector_contamination", at=AT, settings=s, view=view)
+        rows = [service.recommend(conn=conn, target=Target(kind=TargetKind.HOST, device=f"host-p1-0000{i}"),
+                                  reason="test", cause="post_fec_errors", at=AT, settings=s, view=view)
+                for i in (1, 2, 3)]
+    assert reads == {"load_graph": 1, "down_links": 1}
+    # the shared read of the links down counts the one telemetry says is down (spine-03's uplink)
+    assert link.status == "blocked"
+    assert _failed(link)["uplink_floor"]["numbers"]["keep"] == 2
+    assert [r.status for r in rows] == ["pending", "pending", "blocked"]
+    assert rows[2].verdict["blocked_by"] == ["circuit_breaker"]
+
+    # without a view (the API, an approval) each decision reads anew
+    _recommend(db, Target(kind=TargetKind.HOST, device="host-p1-00004"), s)
+    _recommend(db, _link(LEAF, "Ethernet1/5"), s)
+    assert reads == {"load_graph": 3, "down_links": 3}
+
+
+def test_a_live_cycle_reads_the_fabric_once_for_all_its_pages(db: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """apply_cycle, the pipeline's step: four firing pages, four drain recommendations, one read of the graph."""
+    from service.drains import topology
+    from service.pipeline import apply_cycle
+    from tests.alerts import finding
+
+    load_fabric(db, **{**SMALL, "hosts": 6, "hosts_per_leaf": 6})
+    graphs: list[int] = []
+    real = topology.load_graph
+    monkeypatch.setattr(topology, "load_graph", lambda **kw: graphs.append(1) or real(**kw))
+    at_ms = int(AT.timestamp() * 1000)
+    pages = [finding("post_fec_errors", device=f"host-p1-0000{i}", port="eth0", at_ms=at_ms) for i in (1, 2, 3, 4)]
+    with db.begin() as conn:
+        out = apply_cycle(conn, pages, at_ms)
+    assert len(out.drains) == 4 and not out.drain_errors
+    assert len(graphs) == 1
