@@ -120,8 +120,8 @@ def main() -> None:
         medians = {}
         for k in [0, *args.pages]:
             medians[k] = statistics.median(one_cycle(url, ends, k) for _ in range(args.repeat))
-            print(f"  {k:3d} pages: {medians[k] * 1000:8.1f} ms a cycle "
-                  f"({medians[k] / medians[0]:.1f}x the anchor, no page)")
+            print(f"  {k:3d} pages: {medians[k] * 1000:8.1f} ms a cycle"
+                  + (f" ({medians[k] / medians[0]:.1f}x the anchor)" if k else " (the anchor: as tickets, no drain)"))
         lo, hi = min(args.pages), max(args.pages)
         per_page = (medians[hi] - medians[lo]) / (hi - lo)
         print(f"  a page adds {per_page * 1000:.1f} ms ({per_page / medians[0]:.2f}x the anchor)")
