@@ -7,7 +7,8 @@ per entity per cycle, a few hundred ports carry faults, cohort forests are train
 
     .venv/bin/python bench/detection_scale.py [--gpus 100000] [--cycles 5]
 
-Reports: observe time, cycle time (plain and with a trend-bucket close), training time, peak RSS.
+Reports: observe time, cycle time (plain and with a trend-bucket close), training time, the state's size and the
+time to serialize it (a live cycle's save) and read it back (a cycle after a start), peak RSS.
 Goal (detection.md brief): one cycle <= 10 s on 2 cores.
 
     .venv/bin/python bench/detection_scale.py --state-io postgresql://postgres@127.0.0.1:5432/postgres \
@@ -309,7 +310,13 @@ def main() -> None:
           f"max {max(cpu):.2f} s; load average now {os.getloadavg()[0]:.1f}")
     print(f"cycle with a trend-bucket close: {bucket_s:.2f} s")
     print(f"findings in the last cycle: {n_find}")
-    print(f"state blob: {len(st.to_bytes()) / 2**20:.0f} MiB; peak RSS: {rss_mib():.0f} MiB")
+    t = time.perf_counter()
+    blob = st.to_bytes()  # a live cycle's save serializes this (store.save_state)
+    save_s = time.perf_counter() - t
+    t = time.perf_counter()
+    FeatureState.from_bytes(blob, fab, cfg)  # a cycle after a start or a pod move reads it back
+    print(f"state blob: {len(blob) / 2**20:.0f} MiB, serialized in {save_s:.2f} s, read back in "
+          f"{time.perf_counter() - t:.2f} s; peak RSS: {rss_mib():.0f} MiB")
 
 
 if __name__ == "__main__":

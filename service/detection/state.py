@@ -11,19 +11,18 @@ case (no drop, no saturation) is computed vectorised, and every other element go
 
 from __future__ import annotations
 
-import io
 import json
-import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from service.detection import archive
 from service.telemetry import catalogue
 from service.telemetry.counters import increase
 
 NPRIO = 8
-_STORED_PLAIN = {"reservoir_x"}  # members of the saved npz written without deflate (FeatureState.to_bytes)
+_STORED_PLAIN = {"reservoir_x"}  # members of the saved archive stored uncompressed (FeatureState.to_bytes)
 GAUGE_PORT = ("port_oper_up", "port_admin_up", "port_speed_bits_per_second", "optic_temperature_celsius",
               "optic_voltage_volts", "port_pre_fec_ber")
 GAUGE_LANE = ("optic_rx_power_dbm", "optic_tx_power_dbm", "optic_tx_bias_amperes", "optic_pre_fec_ber")
@@ -976,7 +975,7 @@ class FeatureState:
         self.reservoir_pending = 0
 
     def saved_arrays(self, reservoir: bool = True) -> dict[str, np.ndarray]:
-        """Every array `to_bytes` saves, by its name in the npz."""
+        """Every array `to_bytes` saves, by its name in the archive."""
         self.reservoir_flush()
         arrays = self._arrays()
         if reservoir:
@@ -993,22 +992,10 @@ class FeatureState:
         return arrays
 
     def to_bytes(self, reservoir: bool = True) -> bytes:
-        """The state as an npz; without the training reservoir where it is stored apart (store.save_state)."""
-        # an npz (np.load reads it as any other) deflated at level 1: the state is mostly zeros, NaN and repeated
-        # values, so it is ~9x smaller for ~0.6 s more CPU at 20k ports, and the database no longer spends 2-3 s
-        # compressing (pglz) and storing the whole raw state every cycle (docs/benchmarks.md, 2026-12-04).
-        # The training reservoir's rows are measured floats: deflate took 1/6 off them for 60 % of the save's
-        # CPU on a small fabric (most of the state's bytes there), so they are stored as they are.
-        buf = io.BytesIO()
-        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=1, allowZip64=True) as zf:
-            for key, a in self.saved_arrays(reservoir).items():
-                member: str | zipfile.ZipInfo = f"{key}.npy"  # by name: the archive's deflate, at its level
-                if key in _STORED_PLAIN:
-                    member = zipfile.ZipInfo(f"{key}.npy")
-                    member.compress_type = zipfile.ZIP_STORED
-                with zf.open(member, "w", force_zip64=True) as f:
-                    np.lib.format.write_array(f, np.asanyarray(a), allow_pickle=False)
-        return buf.getvalue()
+        """The state as an archive (service/detection/archive.py); without the training reservoir where it is
+        stored apart (store.save_state). The reservoir's rows are measured floats, so they are stored as they
+        are: deflate took 1/6 off them for 60 % of the save's CPU on a small fabric (docs/benchmarks.md)."""
+        return archive.pack(self.saved_arrays(reservoir), plain=_STORED_PLAIN)
 
     @classmethod
     def from_bytes(cls, data: bytes, fabric: Fabric, config: Config | None = None) -> FeatureState:
@@ -1017,7 +1004,7 @@ class FeatureState:
         A state saved by an older release (another layout of arrays) keeps what it shares with this one; the
         rest starts empty, as after a fresh start (persistence histories fill again within a few cycles)."""
         st = cls(fabric, config)
-        z = np.load(io.BytesIO(data), allow_pickle=False)
+        z = archive.Archive(data)
         old_ids = z["port_ids"]
         old_off = z["lane_off"]
         pmap = np.asarray([fabric.port_index.get(int(p), -1) for p in old_ids.tolist()], np.int64)
@@ -1049,8 +1036,8 @@ class FeatureState:
             ok = mp >= 0
             dst[mp[ok]] = src[ok]
         for k, tb in st.trend.items():
-            if f"t|{k}|buf" in names and z[f"t|{k}|buf"].shape[1:] == tb.buf.shape[1:]:
-                src = z[f"t|{k}|buf"]
+            src = z[f"t|{k}|buf"] if f"t|{k}|buf" in names else None
+            if src is not None and src.shape[1:] == tb.buf.shape[1:]:
                 if same:
                     tb.buf[...] = src
                 else:
@@ -1058,13 +1045,13 @@ class FeatureState:
                     ok = mp >= 0
                     tb.buf[mp[ok]] = src[ok]
                 tb.t[:], tb.count[:] = z[f"t|{k}|t"], z[f"t|{k}|count"]
-        dpos = {n: i for i, n in enumerate(fabric.dev_names)}
-        if "dev_hit" in names and z["dev_hit"].shape[1:] == st.dev_hit.shape[1:]:
-            for i, name in enumerate(z["dev_names"].tolist()):
-                j = dpos.get(name)
-                if j is not None:
-                    st.dev_hit[j], st.dev_t[j] = z["dev_hit"][i], z["dev_t"][i]
-                    st.dev_latched[j], st.dev_onset[j] = z["dev_latched"][i], z["dev_onset"][i]
+        hit = z["dev_hit"] if "dev_hit" in names else None
+        if hit is not None and hit.shape[1:] == st.dev_hit.shape[1:]:  # devices matched by name
+            dpos = {n: i for i, n in enumerate(fabric.dev_names)}
+            dmap = np.asarray([dpos.get(n, -1) for n in z["dev_names"].tolist()], np.int64)
+            ok = dmap >= 0
+            st.dev_hit[dmap[ok]], st.dev_t[dmap[ok]] = hit[ok], z["dev_t"][ok]
+            st.dev_latched[dmap[ok]], st.dev_onset[dmap[ok]] = z["dev_latched"][ok], z["dev_onset"][ok]
         if "reservoir_x" in names:  # else stored apart (store.load_state), or none
             st.reservoir_x, st.reservoir_c = z["reservoir_x"], z["reservoir_c"]
         st.watermark_ms, st.last_cycle_ms = meta["watermark_ms"], meta["last_cycle_ms"]

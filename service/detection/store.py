@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import threading
@@ -14,6 +13,7 @@ from typing import Any, TypeVar
 import numpy as np
 from sqlalchemy import Connection, text
 
+from service.detection.archive import Archive
 from service.detection.features import IF_FEATURES
 from service.detection.forest import CohortModel, ModelFormatError, ModelStore
 from service.detection.state import KINDS, Config, Fabric, FeatureState, coverage_map
@@ -65,11 +65,11 @@ def load_coverage(conn: Connection, name: str = "default") -> dict[int, dict[str
     """Per port id with any gap, what the saved detector state says of its rules' inputs:
     {"blocked_rules": {rule: why it cannot run}, "degraded_rules": {rule: [what it runs without]}}.
 
-    Reads only those arrays of the state blob (npz members load lazily), not the whole state."""
+    Reads only those arrays of the state blob (archive members are read one by one), not the whole state."""
     row = conn.execute(text("SELECT blob FROM detector_state WHERE name = :n"), {"n": name}).first()
     if row is None:
         return {}
-    with np.load(io.BytesIO(bytes(row[0])), allow_pickle=False) as z:
+    with Archive(bytes(row[0])) as z:
         names = set(z.files)
         blocked = {k: z[f"blk|{k}"] for k in KINDS if f"blk|{k}" in names}
         degraded = {k: z[f"deg|{k}"] for k in KINDS if f"deg|{k}" in names}

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine, text
 
+from service.detection.archive import Archive
 from service.detection.features import IF_FEATURES
 from service.detection.forest import ModelStore
 from service.detection.service import detect_at, detect_in, load_fabric
-from service.detection.state import Config, FeatureState
-from service.detection.store import StateCache, load_models, load_state, save_models
+from service.detection.state import BLOCKED, Config, FeatureState
+from service.detection.store import StateCache, load_coverage, load_models, load_state, save_models
 from tests.detection.test_live import SPEC, T0, load_history
 from tests.paths import REPO
 
@@ -49,7 +50,7 @@ def stored(db: Engine, name: str) -> dict[str, np.ndarray]:
         chunks = c.execute(text("SELECT r.x, r.c FROM detector_reservoir r JOIN detector_state s ON s.name = r.name "
                                 "AND s.reservoir_gen = r.gen WHERE r.name = :n ORDER BY r.first_row"),
                            {"n": name}).all()
-    with np.load(io.BytesIO(bytes(blob)), allow_pickle=False) as z:
+    with Archive(bytes(blob)) as z:
         arrays = {k: z[k] for k in z.files}
     arrays["reservoir x"] = np.frombuffer(b"".join(bytes(x) for x, _ in chunks), "<f8")
     arrays["reservoir c"] = np.frombuffer(b"".join(bytes(c) for _, c in chunks), "<i8")
@@ -174,11 +175,12 @@ def test_another_fabric_or_config_reads_the_state_again(db: Engine) -> None:
     assert cache.loads == 3
 
 
-def test_the_state_is_stored_deflated_and_a_plain_one_still_loads(db: Engine) -> None:
-    """The stored state is an npz deflated member by member (np.load reads it as any other: load_coverage), in a
-    column PostgreSQL does not compress again, without the training reservoir (stored apart); the whole state
-    as bytes (a restart's, a test's) keeps the reservoir's floats undeflated; one saved before, a plain npz,
-    loads to the same state."""
+def test_the_state_is_stored_compressed_and_earlier_formats_still_load(db: Engine) -> None:
+    """The stored state is an archive of zstd-compressed members (read one by one: load_coverage), in a column
+    PostgreSQL does not compress again, without the training reservoir (stored apart); the whole state as bytes
+    (a restart's, a test's) keeps the reservoir's floats uncompressed. States stored by earlier releases, a plain
+    npz (until 2026-12-04) and a deflated one (until 2026-12-06), load to the same state, and the API's coverage
+    reads the deflated one."""
     import zipfile
 
     load_history(db, SPEC, 20)
@@ -193,19 +195,32 @@ def test_the_state_is_stored_deflated_and_a_plain_one_still_loads(db: Engine) ->
                                  "AND attname = 'blob'")).scalar_one()
     assert storage == "e"  # EXTERNAL (migration 0310)
     with zipfile.ZipFile(io.BytesIO(blob)) as z:
-        kinds = {i.filename: i.compress_type for i in z.infolist()}
-    assert "reservoir_x.npy" not in kinds and set(kinds.values()) == {zipfile.ZIP_DEFLATED}
+        names = z.namelist()
+    assert names and all(n.endswith(".npy.zst") for n in names) and "reservoir_x.npy.zst" not in names
     assert len(held.reservoir_x)  # the reservoir has rows to store
     whole = held.to_bytes()
     with zipfile.ZipFile(io.BytesIO(whole)) as z:
-        assert z.getinfo("reservoir_x.npy").compress_type == zipfile.ZIP_STORED
-    plain = io.BytesIO()
+        assert "reservoir_x.npy" in z.namelist() and "reservoir_c.npy.zst" in z.namelist()
+    plain, deflated = io.BytesIO(), io.BytesIO()
     np.savez(plain, **held.saved_arrays())
+    np.savez_compressed(deflated, **held.saved_arrays())
     assert len(whole) * 2 < len(plain.getvalue())
-    assert differences(FeatureState.from_bytes(plain.getvalue(), fab), FeatureState.from_bytes(whole, fab)) == []
+    for earlier in (plain.getvalue(), deflated.getvalue()):
+        assert differences(FeatureState.from_bytes(earlier, fab), FeatureState.from_bytes(whole, fab)) == []
     again = FeatureState.from_bytes(whole, fab)
     again.reservoir_gen, again.reservoir_stored = held.reservoir_gen, held.reservoir_stored  # known to the store
     assert differences(again, held) == []
+    # the API's coverage reads either format alike: one port with a rule that cannot run
+    kind = next(iter(held.blocked))
+    held.blocked[kind][3] = 1
+    deflated = io.BytesIO()
+    np.savez_compressed(deflated, **held.saved_arrays())
+    seen = []
+    for stored_blob in (held.to_bytes(reservoir=False), deflated.getvalue()):
+        with db.begin() as c:
+            c.execute(text("UPDATE detector_state SET blob = :b WHERE name = 'default'"), {"b": stored_blob})
+            seen.append(load_coverage(c))
+    assert seen[0] == seen[1] and [p["blocked_rules"] for p in seen[0].values()] == [{kind: BLOCKED[1]}]
 
 
 def _one_model(store: ModelStore, seed: int, at_ms: int) -> ModelStore:

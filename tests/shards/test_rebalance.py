@@ -7,7 +7,6 @@ Each test makes pods of its own (the stored map outlives a test), so the tests d
 
 from __future__ import annotations
 
-import io
 import itertools
 import json
 import subprocess
@@ -22,6 +21,7 @@ import pytest
 from sqlalchemy import text
 
 from service.db import get_engine
+from service.detection.archive import Archive
 from service.inventory.models import Device, Optic, Pod, Port
 from service.shards import fleet
 from service.shards.detection import run_shard_cycle
@@ -409,7 +409,7 @@ def rx_state(url: str, port_id: int) -> dict[str, Any] | None:
     """What a shard's stored detector state (read as stored, not through the engine) holds of a port's lane 0:
     its rx baseline, trend buckets (bucket -> mean), slope (None: none yet) and newest reading; None: nothing of
     that port."""
-    with np.load(io.BytesIO(bytes(_scalar(url, "SELECT blob FROM detector_state WHERE name = 'default'")))) as z:
+    with Archive(bytes(_scalar(url, "SELECT blob FROM detector_state WHERE name = 'default'"))) as z:
         ids = z["port_ids"].tolist()
         if port_id not in ids:
             return None
