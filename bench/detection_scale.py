@@ -16,13 +16,13 @@ Goal (detection.md brief): one cycle <= 10 s on 2 cores.
 
 The live cycle's detector-state load and save against PostgreSQL (a scratch database, dropped at the end), side
 by side in one run; each cycle the same samples go to four states: `before` is read and written whole every
-cycle as a plain npz (as before 2026-12-04), `whole` likewise as a deflated npz with the training reservoir in
-it (as until 2026-12-06), `reload` is read whole every cycle and saved as today (what a cycle pays after a
-start or a pod move), `after` is today's live cycle (store.StateCache: kept in the
-process, read only when another process wrote it; the reservoir appended to). Reports wall and CPU time (this
-process's and the database backend's) and the WAL written (anyone's: run it on a quiet server) of each load and
-save. --gpus 6656 is 19,968 ports; --gpus 24 --reservoir-rows 65536 is a small fabric's live detector after a
-day, whose state is mostly its training reservoir.
+cycle as a plain npz (as before 2026-12-04), `whole` likewise compressed with the training reservoir in it
+(as until 2026-12-06, then a deflated npz), `reload` is read whole every cycle and saved as today (what a
+cycle pays after a start or a pod move), `after` is today's live cycle (store.StateCache: kept in the process,
+read only when another process wrote it; the reservoir appended to). Reports wall and CPU time (this process's
+and the database backend's) and the WAL written (anyone's: run it on a quiet server) of each load and save.
+--gpus 6656 is 19,968 ports; --gpus 24 --reservoir-rows 65536 is a small fabric's live detector after a day,
+whose state is mostly its training reservoir.
 """
 
 from __future__ import annotations
@@ -175,8 +175,8 @@ def save_plain_npz(conn: Connection, name: str, st: FeatureState) -> None:
 
 
 def save_whole(conn: Connection, name: str, st: FeatureState) -> None:
-    """store.save_state as it was from 2026-12-04 to 2026-12-06: the deflated npz with the training reservoir in
-    it, all rewritten every cycle."""
+    """store.save_state as it was from 2026-12-04 to 2026-12-06: the state with the training reservoir in it, all
+    rewritten every cycle (then a deflated npz; today's container here)."""
     _save_blob(conn, name, st, st.to_bytes())
 
 
@@ -315,8 +315,8 @@ def main() -> None:
     save_s = time.perf_counter() - t
     t = time.perf_counter()
     FeatureState.from_bytes(blob, fab, cfg)  # a cycle after a start or a pod move reads it back
-    print(f"state blob: {len(blob) / 2**20:.0f} MiB, serialized in {save_s:.2f} s, read back in "
-          f"{time.perf_counter() - t:.2f} s; peak RSS: {rss_mib():.0f} MiB")
+    print(f"state blob: {len(blob) / 2**20:.1f} MiB, serialized in {save_s:.3f} s, read back in "
+          f"{time.perf_counter() - t:.3f} s; peak RSS: {rss_mib():.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
-"""The stored detector state's container: a zip of `.npy` members, each compressed with zstd on its own.
+"""The stored detector state's container: a zip of `.npy` members, each compressed on its own.
 
 A member is read without the others (the API's coverage reads two arrays of a state that is hundreds of MB
-at 300k ports). zstd at level 1 packs the state as small as deflate at level 1 did, about 7x faster
-(docs/benchmarks.md, 2026-12-06): the save is a live cycle's largest part at scale. Members listed as plain
-(measured floats that no compressor shrinks much) are stored as they are. States stored before 2026-12-06
-(an npz with deflated members, which np.load reads) are read as well.
+at 300k ports). A member of 16 KiB or more is compressed with zstd at level 1: as small as deflate at level 1,
+about 5x faster (docs/benchmarks.md, 2026-12-06), and the save is a live cycle's largest part at scale. Smaller
+members are deflated by the zip, and those listed as plain (measured floats that no compressor shrinks much)
+are stored as they are. States stored before 2026-12-06 (an npz of deflated members) are read as well.
 """
 
 from __future__ import annotations
@@ -19,21 +19,36 @@ import numpy as np
 
 ZSTD = ".npy.zst"
 PLAIN = ".npy"
+SMALL = 16 * 1024  # bytes of .npy: a smaller member is deflated (below)
 
 
 def pack(arrays: Mapping[str, np.ndarray], plain: Iterable[str] = ()) -> bytes:
-    """The arrays as an archive, by name; those in `plain` uncompressed."""
+    """The arrays as an archive, by name: those in `plain` uncompressed, small ones deflated by the zip itself
+    (a zstd call has a fixed cost of ~20 us, a deflate ~3 us: most members of a small fabric's state are a few
+    hundred bytes), the rest zstd-compressed."""
     plain = set(plain)
     buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=1, allowZip64=True) as zf:
         for key, a in arrays.items():
             npy = io.BytesIO()
             np.lib.format.write_array(npy, np.asanyarray(a), allow_pickle=False)
-            name, data = (f"{key}{PLAIN}", npy.getbuffer()) if key in plain else \
-                (f"{key}{ZSTD}", cramjam.zstd.compress(npy.getbuffer(), level=1))
-            with zf.open(name, "w", force_zip64=True) as f:
+            member: str | zipfile.ZipInfo
+            data: memoryview | cramjam.Buffer
+            if key in plain:
+                member, data = _stored(f"{key}{PLAIN}"), npy.getbuffer()
+            elif npy.tell() < SMALL:
+                member, data = f"{key}{PLAIN}", npy.getbuffer()  # by name: the zip's deflate, at its level
+            else:
+                member, data = _stored(f"{key}{ZSTD}"), cramjam.zstd.compress(npy.getbuffer(), level=1)
+            with zf.open(member, "w", force_zip64=True) as f:
                 f.write(data)
     return buf.getvalue()
+
+
+def _stored(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name)
+    info.compress_type = zipfile.ZIP_STORED
+    return info
 
 
 class Archive:

@@ -13,7 +13,8 @@ from service.db import Base
 
 
 class DetectorState(Base):
-    """One detector's FeatureState (numpy arrays, service/detection/archive.py) and the data-time watermark it has read up to."""
+    """One detector's FeatureState (numpy arrays: service/detection/archive.py) and the data-time watermark it
+    has read up to."""
 
     __tablename__ = "detector_state"
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
